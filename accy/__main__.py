@@ -1,0 +1,3 @@
+from accy.cli import main
+
+raise SystemExit(main())

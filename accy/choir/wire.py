@@ -1,0 +1,339 @@
+"""The wire form of choir: msgpack with a magic and version header, and fingerprints.
+
+``encode(op)`` writes a module (locations kept, so errors still point at
+source lines after the IR has moved between processes); ``decode(data)``
+reads it back, strictly and within bounds: any malformed, truncated, oversized
+or too deeply nested input raises :class:`~accy.errors.WireFormatError`. There
+is no pickle on this path.
+
+``fingerprint(op)`` is a 128-bit BLAKE2b of the *canonical* form: the same
+encoding with values numbered by definition order (so SSA names do not
+matter), attributes sorted, and locations left out.
+
+Example
+-------
+>>> from accy.choir.builtin import ModuleOp
+>>> m = ModuleOp.build()
+>>> decode(encode(m)).op_name
+'builtin.module'
+>>> len(fingerprint(m))
+32
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from accy.choir.attributes import (
+    SCALAR_NAMES,
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DenseElementsAttr,
+    DictAttr,
+    FloatAttr,
+    FunctionType,
+    IntegerAttr,
+    NoneType,
+    OpaqueType,
+    ScalarType,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+    Type,
+    TypeAttr,
+    UnitAttr,
+    numpy_dtype,
+)
+from accy.choir.ir import Block, Operation, Region, Value
+from accy.choir.location import UNKNOWN, Location
+from accy.errors import WireFormatError
+
+MAGIC = b"choir"
+WIRE_VERSION = 1
+MAX_BYTES = 1 << 30
+MAX_DEPTH = 64
+MAX_OPS = 1_000_000
+MAX_ELEMENTS = 1 << 28
+
+
+# ---------------------------------------------------------------------- encoding
+
+
+class _Encoder:
+    def __init__(self, canonical: bool) -> None:
+        self.canonical = canonical
+        self.ids: dict[Value, int] = {}
+        self.files: dict[str, int] = {}
+
+    def loc(self, loc: Location) -> Any:
+        if self.canonical or not loc.known:
+            return None
+        idx = self.files.setdefault(loc.file, len(self.files))
+        return [idx, loc.line, loc.col]
+
+    def type(self, t: Type) -> Any:
+        if isinstance(t, ScalarType):
+            return t.name
+        if isinstance(t, TensorType):
+            return [0, [-1 if d is None else d for d in t.shape], t.element.name]
+        if isinstance(t, FunctionType):
+            return [1, [self.type(x) for x in t.inputs], [self.type(x) for x in t.results]]
+        if isinstance(t, NoneType):
+            return [2]
+        if isinstance(t, OpaqueType):
+            return [3, t.text]
+        raise TypeError(f"cannot encode type {t!r}")
+
+    def attr(self, a: Attribute) -> Any:
+        if isinstance(a, IntegerAttr):
+            return [0, a.value, a.type.name]
+        if isinstance(a, FloatAttr):
+            return [1, a.value, a.type.name]
+        if isinstance(a, StringAttr):
+            return [2, a.value]
+        if isinstance(a, BoolAttr):
+            return [3, a.value]
+        if isinstance(a, UnitAttr):
+            return [4]
+        if isinstance(a, TypeAttr):
+            return [5, self.type(a.type)]
+        if isinstance(a, DenseArrayAttr):
+            return [6, a.element.name, list(a.values)]
+        if isinstance(a, DenseElementsAttr):
+            arr = a.to_numpy().reshape(-1)[:1] if a.splat else a.to_numpy().reshape(-1)
+            if a.type.element.name == "i1":
+                arr = arr.astype(np.uint8)
+            return [7, self.type(a.type), a.splat, np.ascontiguousarray(arr).astype(
+                arr.dtype.newbyteorder("<")).tobytes()]
+        if isinstance(a, ArrayAttr):
+            return [8, [self.attr(v) for v in a.values]]
+        if isinstance(a, DictAttr):
+            return [9, [[k, self.attr(v)] for k, v in a.entries]]
+        if isinstance(a, SymbolRefAttr):
+            return [10, a.name]
+        raise TypeError(f"cannot encode attribute {a!r}")
+
+    def attrs(self, d: dict[str, Attribute]) -> Any:
+        return [[k, self.attr(d[k])] for k in sorted(d)]
+
+    def value(self, v: Value) -> int:
+        try:
+            return self.ids[v]
+        except KeyError:
+            raise WireFormatError("operand refers to a value not defined before its use") \
+                from None
+
+    def op(self, op: Operation) -> Any:
+        operands = [self.value(v) for v in op.operands]
+        for r in op.results:
+            self.ids[r] = len(self.ids)
+        return [op.op_name, operands, [self.type(r.type) for r in op.results],
+                self.attrs(op.attributes), self.attrs(op.properties),
+                [self.region(r) for r in op.regions], self.loc(op.loc)]
+
+    def region(self, region: Region) -> Any:
+        blocks = []
+        for block in region.blocks:
+            for a in block.args:
+                self.ids[a] = len(self.ids)
+            blocks.append([[self.type(a.type) for a in block.args],
+                           [self.loc(a.loc) for a in block.args],
+                           [self.op(o) for o in block.ops]])
+        return blocks
+
+
+def encode(op: Operation) -> bytes:
+    """The wire bytes of ``op`` (with locations)."""
+    enc = _Encoder(canonical=False)
+    body = enc.op(op)
+    files = sorted(enc.files, key=enc.files.__getitem__)
+    return msgpack.packb([MAGIC, WIRE_VERSION, files, body], use_bin_type=True)
+
+
+def canonical_bytes(op: Operation) -> bytes:
+    """The canonical encoding: no locations, values by definition order."""
+    enc = _Encoder(canonical=True)
+    return msgpack.packb([MAGIC, WIRE_VERSION, [], enc.op(op)], use_bin_type=True)
+
+
+def fingerprint(op: Operation) -> str:
+    """128-bit hex fingerprint of ``op``'s canonical content."""
+    return hashlib.blake2b(canonical_bytes(op), digest_size=16).hexdigest()
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise WireFormatError(f"malformed choir wire data: {what}")
+
+
+class _Decoder:
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+        self.values: list[Value] = []
+        self.ops = 0
+
+    def loc(self, x: Any) -> Location:
+        if x is None:
+            return UNKNOWN
+        _need(isinstance(x, list) and len(x) == 3 and all(isinstance(i, int) for i in x),
+              "location")
+        _need(0 <= x[0] < len(self.files), "location file index")
+        return Location(self.files[x[0]], x[1], x[2])
+
+    def scalar(self, x: Any) -> ScalarType:
+        _need(isinstance(x, str) and x in SCALAR_NAMES, "element type")
+        return ScalarType(x)
+
+    def type(self, x: Any, depth: int) -> Type:
+        _need(depth < MAX_DEPTH, "type nested too deeply")
+        if isinstance(x, str):
+            return self.scalar(x)
+        _need(isinstance(x, list) and x and isinstance(x[0], int), "type")
+        tag = x[0]
+        if tag == 0:
+            _need(len(x) == 3 and isinstance(x[1], list), "tensor type")
+            dims = []
+            for d in x[1]:
+                _need(isinstance(d, int) and d >= -1, "tensor dimension")
+                dims.append(None if d == -1 else d)
+            return TensorType(tuple(dims), self.scalar(x[2]))
+        if tag == 1:
+            _need(len(x) == 3 and isinstance(x[1], list) and isinstance(x[2], list),
+                  "function type")
+            return FunctionType(tuple(self.type(t, depth + 1) for t in x[1]),
+                                tuple(self.type(t, depth + 1) for t in x[2]))
+        if tag == 2:
+            return NoneType()
+        if tag == 3:
+            _need(len(x) == 2 and isinstance(x[1], str), "opaque type")
+            return OpaqueType(x[1])
+        raise WireFormatError(f"malformed choir wire data: unknown type tag {tag}")
+
+    def attr(self, x: Any, depth: int) -> Attribute:
+        _need(depth < MAX_DEPTH, "attribute nested too deeply")
+        _need(isinstance(x, list) and x and isinstance(x[0], int), "attribute")
+        tag, n = x[0], len(x)
+        if tag == 0:
+            _need(n == 3 and isinstance(x[1], int) and not isinstance(x[1], bool), "integer")
+            return IntegerAttr(x[1], self.scalar(x[2]))
+        if tag == 1:
+            _need(n == 3 and isinstance(x[1], float), "float")
+            return FloatAttr(x[1], self.scalar(x[2]))
+        if tag == 2:
+            _need(n == 2 and isinstance(x[1], str), "string")
+            return StringAttr(x[1])
+        if tag == 3:
+            _need(n == 2 and isinstance(x[1], bool), "bool")
+            return BoolAttr(x[1])
+        if tag == 4:
+            return UnitAttr()
+        if tag == 5:
+            _need(n == 2, "type attribute")
+            return TypeAttr(self.type(x[1], depth + 1))
+        if tag == 6:
+            _need(n == 3 and isinstance(x[2], list), "dense array")
+            _need(all(isinstance(v, int) and not isinstance(v, bool) for v in x[2]), "dense array")
+            return DenseArrayAttr(tuple(x[2]), self.scalar(x[1]))
+        if tag == 7:
+            _need(n == 4 and isinstance(x[2], bool) and isinstance(x[3], bytes), "dense elements")
+            t = self.type(x[1], depth + 1)
+            _need(isinstance(t, TensorType) and t.is_static, "dense elements type")
+            assert isinstance(t, TensorType)
+            _need(t.num_elements <= MAX_ELEMENTS, "dense elements too large")
+            el = t.element
+            dtype = np.dtype(np.uint8) if el.name == "i1" else numpy_dtype(el).newbyteorder("<")
+            count = 1 if x[2] else t.num_elements
+            _need(len(x[3]) == count * dtype.itemsize, "dense elements size")
+            arr = np.frombuffer(x[3], dtype=dtype)
+            return DenseElementsAttr(t, tuple(v.item() for v in arr), splat=x[2])
+        if tag == 8:
+            _need(n == 2 and isinstance(x[1], list), "array attribute")
+            return ArrayAttr(tuple(self.attr(v, depth + 1) for v in x[1]))
+        if tag == 9:
+            _need(n == 2 and isinstance(x[1], list), "dictionary attribute")
+            return DictAttr(tuple(self.named(e, depth + 1) for e in x[1]))
+        if tag == 10:
+            _need(n == 2 and isinstance(x[1], str), "symbol reference")
+            return SymbolRefAttr(x[1])
+        raise WireFormatError(f"malformed choir wire data: unknown attribute tag {tag}")
+
+    def named(self, e: Any, depth: int) -> tuple[str, Attribute]:
+        _need(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str), "named attribute")
+        return e[0], self.attr(e[1], depth)
+
+    def attrs(self, x: Any, depth: int) -> dict[str, Attribute]:
+        _need(isinstance(x, list), "attribute list")
+        out = dict(self.named(e, depth) for e in x)
+        _need(len(out) == len(x), "duplicate attribute name")
+        return out
+
+    def op(self, x: Any, depth: int) -> Operation:
+        _need(depth < MAX_DEPTH, "operations nested too deeply")
+        self.ops += 1
+        _need(self.ops <= MAX_OPS, "too many operations")
+        _need(isinstance(x, list) and len(x) == 7, "operation")
+        name, operands, rtypes, attrs, props, regions, loc = x
+        _need(isinstance(name, str) and "." in name, "operation name")
+        _need(isinstance(operands, list) and isinstance(rtypes, list)
+              and isinstance(regions, list), "operation fields")
+        vals = []
+        for i in operands:
+            _need(isinstance(i, int) and 0 <= i < len(self.values), "operand reference")
+            vals.append(self.values[i])
+        types = [self.type(t, depth + 1) for t in rtypes]
+        attributes = self.attrs(attrs, depth + 1)
+        properties = self.attrs(props, depth + 1)
+        location = self.loc(loc)
+        op = Operation.create(name, vals, types, attributes, properties, (), location)
+        self.values.extend(op.results)
+        for r in regions:
+            op.add_region(self.region(r, depth + 1))
+        return op
+
+    def region(self, x: Any, depth: int) -> Region:
+        _need(isinstance(x, list), "region")
+        region = Region()
+        for b in x:
+            _need(isinstance(b, list) and len(b) == 3 and isinstance(b[0], list)
+                  and isinstance(b[1], list) and isinstance(b[2], list)
+                  and len(b[0]) == len(b[1]), "block")
+            block = Block([self.type(t, depth + 1) for t in b[0]], [self.loc(lc) for lc in b[1]])
+            self.values.extend(block.args)
+            region.add_block(block)
+            for o in b[2]:
+                block.append(self.op(o, depth + 1))
+        return region
+
+
+def decode(data: bytes) -> Operation:
+    """Read wire bytes back into an op; anything malformed is a ``WireFormatError``."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise WireFormatError("choir wire data must be bytes")
+    if len(data) > MAX_BYTES:
+        raise WireFormatError("choir wire data too large")
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several types for bad input
+        raise WireFormatError(f"malformed choir wire data: {type(e).__name__}: {e}") from None
+    _need(isinstance(obj, list) and len(obj) == 4, "header")
+    magic, version, files, body = obj
+    _need(magic == MAGIC, "bad magic (not choir wire data)")
+    if version != WIRE_VERSION:
+        raise WireFormatError(f"unsupported choir wire version {version!r} "
+                              f"(this accy reads version {WIRE_VERSION})")
+    _need(isinstance(files, list) and all(isinstance(f, str) for f in files), "file table")
+    try:
+        return _Decoder(files).op(body, 0)
+    except WireFormatError:
+        raise
+    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as e:
+        raise WireFormatError(f"malformed choir wire data: {type(e).__name__}") from None
