@@ -60,6 +60,8 @@ class Parser:
     """A character-level recursive-descent parser over one source text."""
 
     def __init__(self, text: str, file: str = "<string>") -> None:
+        import accy.dialects  # noqa: F401  (registers the declared op classes)
+
         self.text = text
         self.file = file
         self.pos = 0

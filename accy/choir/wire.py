@@ -316,6 +316,8 @@ class _Decoder:
 
 def decode(data: bytes) -> Operation:
     """Read wire bytes back into an op; anything malformed is a ``WireFormatError``."""
+    import accy.dialects  # noqa: F401  (registers the declared op classes)
+
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireFormatError("choir wire data must be bytes")
     if len(data) > MAX_BYTES:

@@ -1,0 +1,99 @@
+"""The Python API behind the command line: load, check, lower, run.
+
+Example
+-------
+>>> import numpy as np, tempfile, os
+>>> from accy.api import run_program
+>>> # run_program("graphs/softmax.mlir", ["x.npy"], "out", reference=True)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from accy.errors import AccyError
+from accy.preparation.options import RunOptions
+from accy.preparation.products import Product, SemanticModule
+
+
+def load_program(path: str) -> SemanticModule:
+    """Parse and verify a program file."""
+    return SemanticModule.from_file(path)
+
+
+def check_program(path: str, options: RunOptions | None = None,
+                  shapes: Mapping[int, tuple[int, ...]] | None = None) -> SemanticModule:
+    """Parse, verify and run the contract stage (shape and dtype checks, folding)."""
+    from accy.preparation import stages
+
+    sm = load_program(path)
+    stages.prepare_contract_job(sm, options or RunOptions(), shapes or {})
+    return sm
+
+
+def lower_to(path: str, stage: str, options: RunOptions | None = None,
+             shapes: Mapping[int, tuple[int, ...]] | None = None) -> Product:
+    """The product of ``stage`` for the program at ``path`` (``semantic`` = the input)."""
+    from accy.preparation import stages
+
+    sm = load_program(path)
+    if stage == "semantic":
+        return sm
+    return stages.prepare_through(sm, stage, options or RunOptions(), shapes or {}).product
+
+
+def load_inputs(paths: Sequence[str]) -> list[np.ndarray]:
+    arrays = []
+    for p in paths:
+        try:
+            arrays.append(np.load(p, allow_pickle=False))
+        except (OSError, ValueError) as e:
+            raise AccyError(f"cannot read input {p}: {e}") from None
+    return arrays
+
+
+def bind_shapes_from_inputs(sm: SemanticModule, arrays: Sequence[np.ndarray],
+                            shapes: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """``--shape`` bindings completed from the inputs' shapes."""
+    from accy.choir.attributes import TensorType
+
+    args = sm.entry().function_type.inputs
+    if len(arrays) != len(args):
+        raise AccyError(f"the program takes {len(args)} input(s), got {len(arrays)} --input")
+    out = dict(shapes)
+    for i, (a, t) in enumerate(zip(arrays, args)):
+        if isinstance(t, TensorType) and not t.is_static and i not in out:
+            out[i] = tuple(a.shape)
+    return out
+
+
+def save_results(results: Sequence[np.ndarray], output_dir: str) -> list[str]:
+    os.makedirs(output_dir, exist_ok=True)
+    paths = []
+    for i, r in enumerate(results):
+        p = os.path.join(output_dir, f"result{i}.npy")
+        np.save(p, np.asarray(r))
+        paths.append(p)
+    return paths
+
+
+def run_program(path: str, inputs: Sequence[str], output_dir: str,
+                options: RunOptions | None = None,
+                shapes: Mapping[int, tuple[int, ...]] | None = None, *,
+                reference: bool = False) -> list[str]:
+    """Run the program on ``.npy`` inputs; write ``resultN.npy`` files; return their paths."""
+    sm = load_program(path)
+    arrays = load_inputs(inputs)
+    if reference:
+        from accy.reference import run_reference
+
+        results = run_reference(sm.module, arrays)
+    else:
+        from accy.executable.fragment import compile_and_run
+
+        bound = bind_shapes_from_inputs(sm, arrays, shapes or {})
+        results = compile_and_run(sm, arrays, options or RunOptions(), bound)
+    return save_results(results, output_dir)

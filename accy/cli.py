@@ -1,0 +1,157 @@
+"""The ``accy`` command (INTERFACE.md).
+
+Exit codes: 0 success; 1 a user error (bad program, bad option, failed
+compile) printed as one ``error:`` line (``FILE:LINE:COL: error: …`` where
+there is a location) and no traceback; 2 a usage error. ``ACCY_DEBUG=1``
+shows tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+from accy.errors import AccyError
+
+STAGE_CHOICES = ("semantic", "contract", "tensor", "dispatch", "memory", "kernel", "target")
+
+
+def _shared(f):  # type: ignore[no-untyped-def]
+    """Options shared by check, opt, emit, run and compile."""
+    f = click.option("--target", "target", default="host", show_default=True,
+                     help="host | cuda | cuda:sm_XX")(f)
+    f = click.option("--shape", "shapes", multiple=True, metavar="argN=AxB",
+                     help="Bind the ? dims of an argument (repeatable).")(f)
+    f = click.option("--option", "options", multiple=True, metavar="STAGE.NAME=VALUE",
+                     help="Set a stage option (repeatable).")(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="accy")
+def cli() -> None:
+    """accy: compile tensor programs (choir, MLIR generic syntax) to kernels."""
+
+
+def _request(target: str, shapes: Sequence[str], options: Sequence[str]):  # type: ignore[no-untyped-def]
+    from accy.preparation.options import RunOptions, parse_shapes
+
+    return RunOptions.parse(target, options), parse_shapes(shapes)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@_shared
+def check(files: tuple[str, ...], target: str, shapes: tuple[str, ...],
+          options: tuple[str, ...]) -> None:
+    """Parse, verify and run the contract-stage checks on each FILE."""
+    from accy.api import check_program
+
+    run_options, bound = _request(target, shapes, options)
+    failed = 0
+    for path in files:
+        try:
+            check_program(path, run_options, bound)
+        except AccyError as e:
+            failed += 1
+            _print_error(e)
+    if failed:
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--to", "to", type=click.Choice(STAGE_CHOICES), default="semantic",
+              show_default=True, help="Print the IR after this stage.")
+@click.option("--debuginfo", is_flag=True, help="Print loc(...) on every op.")
+@_shared
+def opt(file: str, to: str, debuginfo: bool, target: str, shapes: tuple[str, ...],
+        options: tuple[str, ...]) -> None:
+    """Print the IR of FILE after stage --to, in MLIR generic form."""
+    from accy.api import lower_to
+
+    run_options, bound = _request(target, shapes, options)
+    product = lower_to(file, to, run_options, bound)
+    click.echo(product.text(debuginfo), nl=False)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--input", "inputs", multiple=True, type=click.Path(dir_okay=False),
+              help="A .npy file per function argument, in order.")
+@click.option("--output-dir", required=True, type=click.Path(file_okay=False),
+              help="Where result0.npy, result1.npy, … are written.")
+@click.option("--reference", is_flag=True, help="Run the NumPy reference interpreter.")
+@_shared
+def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, target: str,
+        shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+    """Compile, load and run FILE on .npy inputs (or interpret it with --reference)."""
+    from accy.api import run_program
+
+    run_options, bound = _request(target, shapes, options)
+    paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference)
+    for p in paths:
+        click.echo(p)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, exists=False))
+def repro(file: str) -> None:
+    """Replay a captured failure reproducer."""
+    from accy.choir.passes import Reproducer, replay
+
+    r = Reproducer.read(file)
+    click.echo(f"replaying pipeline '{r.pipeline}', pass '{r.pass_name}' "
+               f"(captured: {r.message})", err=True)
+    replay(r)
+    click.echo("the reproducer no longer fails")
+
+
+def _print_error(e: BaseException) -> None:
+    text = str(e)
+    if not (isinstance(e, AccyError) and e.loc is not None and e.loc.known):
+        text = f"error: {text}"
+    click.echo(text.splitlines()[0] if text else "error", err=True)
+    rest = text.splitlines()[1:]
+    if rest and os.environ.get("ACCY_DEBUG"):
+        click.echo("\n".join(rest), err=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: returns the exit code (0 ok, 1 user error, 2 usage error)."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="accy",
+                 standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return int(e.exit_code or 0)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    except click.UsageError as e:
+        e.show()
+        return 2
+    except click.ClickException as e:
+        e.show()
+        return 1
+    except AccyError as e:
+        _print_error(e)
+        return 1
+    except SystemExit as e:
+        return int(e.code or 0) if isinstance(e.code, int) or e.code is None else 1
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        return 130
+    except Exception as e:  # an accy bug: one line unless ACCY_DEBUG is set
+        if os.environ.get("ACCY_DEBUG"):
+            raise
+        click.echo(f"error: internal error: {type(e).__name__}: {e} "
+                   f"(set ACCY_DEBUG=1 for a traceback)", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

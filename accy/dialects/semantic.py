@@ -1,0 +1,508 @@
+"""The ``semantic`` dialect: the input language of accy (SEMANTIC.md).
+
+Every op declares how its result type follows from its operands
+(``infer``); ``verify_`` checks that the declared result type agrees with
+the inferred one (``?`` dims are allowed on either side until a variant binds
+them). The contract stage's shape specialization uses the same ``infer`` to
+refine every ``?``.
+
+Example
+-------
+>>> from accy.choir.parser import parse_module
+>>> from accy.choir.verifier import verify
+>>> m = parse_module('''"builtin.module"() ({
+...   "func.func"() <{function_type = (tensor<?x4xf32>) -> tensor<?x4xf32>, sym_name = "main"}> ({
+...   ^bb0(%x: tensor<?x4xf32>):
+...     %0 = "semantic.exp"(%x) : (tensor<?x4xf32>) -> tensor<?x4xf32>
+...     "func.return"(%0) : (tensor<?x4xf32>) -> ()
+...   }) : () -> ()
+... }) : () -> ()''')
+>>> verify(m)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from accy.choir.attributes import (
+    I1,
+    BoolAttr,
+    DenseArrayAttr,
+    DenseElementsAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    Type,
+)
+from accy.choir.ir import Operation
+from accy.dialects.shapes import (
+    ShapeError,
+    broadcast_shapes,
+    can_broadcast_to,
+    merge_types,
+    normalize_axis,
+)
+from accy.errors import VerifyError
+
+
+def _fmt(t: Type) -> str:
+    return str(t)
+
+
+class SemanticOp(Operation):
+    """Base of every semantic op: tensor operands, one result, inferred type."""
+
+    num_results: ClassVar[int | None] = 1
+    traits = frozenset({"pure"})
+
+    def tensor_operand(self, i: int) -> TensorType:
+        t = self.operands[i].type
+        if not isinstance(t, TensorType):
+            raise VerifyError(f"operand {i} of '{self.op_name}' must be a tensor, got {t}",
+                              self.loc)
+        return t
+
+    @property
+    def declared(self) -> TensorType:
+        t = self.results[0].type
+        if not isinstance(t, TensorType):
+            raise VerifyError(f"result of '{self.op_name}' must be a tensor, got {t}", self.loc)
+        return t
+
+    def infer(self) -> Type:
+        """The result type implied by the operands and attributes."""
+        raise NotImplementedError
+
+    def fail(self, message: str) -> VerifyError:
+        return VerifyError(f"'{self.op_name}' {message}", self.loc)
+
+    def verify_(self) -> None:
+        declared = self.declared
+        inferred = self.infer()
+        if merge_types(declared, inferred) is None:
+            raise self.fail(f"result type {declared} disagrees with the inferred type {inferred}")
+
+    # attribute helpers
+    def int_attr(self, key: str, default: int | None = None) -> int:
+        a = self.attr(key)
+        if a is None and default is not None:
+            return default
+        if not isinstance(a, IntegerAttr):
+            raise self.fail(f"needs an integer attribute '{key}'")
+        return a.value
+
+    def str_attr(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        a = self.attr(key)
+        if a is None and default is not None:
+            return default
+        if not isinstance(a, StringAttr) or a.value not in choices:
+            raise self.fail(f"attribute '{key}' must be one of "
+                            f"{', '.join(repr(c) for c in choices)}")
+        return a.value
+
+    def bool_attr(self, key: str, default: bool) -> bool:
+        a = self.attr(key)
+        if a is None:
+            return default
+        if not isinstance(a, BoolAttr):
+            raise self.fail(f"attribute '{key}' must be true or false")
+        return a.value
+
+    def float_attr(self, key: str, default: float) -> float:
+        a = self.attr(key)
+        if a is None:
+            return default
+        if not isinstance(a, FloatAttr):
+            raise self.fail(f"attribute '{key}' must be a float (e.g. 1.0e-05 : f32)")
+        return a.value
+
+    def axes_attr(self, key: str, rank: int) -> tuple[int, ...]:
+        a = self.attr(key)
+        if not isinstance(a, DenseArrayAttr):
+            raise self.fail(f"needs '{key} = array<i64: …>'")
+        out = []
+        for ax in a.values:
+            n = normalize_axis(ax, rank)
+            if n is None:
+                raise self.fail(f"axis {ax} is out of range for rank {rank}")
+            if n in out:
+                raise self.fail(f"axis {ax} appears twice in '{key}'")
+            out.append(n)
+        return tuple(out)
+
+    def axis_attr(self, rank: int) -> int:
+        ax = self.int_attr("axis")
+        n = normalize_axis(ax, rank)
+        if n is None:
+            raise self.fail(f"axis {ax} is out of range for rank {rank}")
+        return n
+
+
+# ------------------------------------------------------------------- elementwise
+
+
+class UnaryOp(SemanticOp):
+    num_operands = 1
+    traits = frozenset({"pure", "elementwise"})
+    float_only: ClassVar[bool] = True
+
+    def infer(self) -> Type:
+        t = self.tensor_operand(0)
+        if self.float_only and not t.element.is_float:
+            raise self.fail(f"needs a floating-point operand, got {t}")
+        return t
+
+
+class NegOp(UnaryOp):
+    name = "semantic.neg"
+    float_only = False
+
+
+class AbsOp(UnaryOp):
+    name = "semantic.abs"
+    float_only = False
+
+
+class ReluOp(UnaryOp):
+    name = "semantic.relu"
+    float_only = False
+
+
+class ExpOp(UnaryOp):
+    name = "semantic.exp"
+
+
+class LogOp(UnaryOp):
+    name = "semantic.log"
+
+
+class SqrtOp(UnaryOp):
+    name = "semantic.sqrt"
+
+
+class RsqrtOp(UnaryOp):
+    name = "semantic.rsqrt"
+
+
+class TanhOp(UnaryOp):
+    name = "semantic.tanh"
+
+
+class SigmoidOp(UnaryOp):
+    name = "semantic.sigmoid"
+
+
+class ErfOp(UnaryOp):
+    name = "semantic.erf"
+
+
+class SinOp(UnaryOp):
+    name = "semantic.sin"
+
+
+class CosOp(UnaryOp):
+    name = "semantic.cos"
+
+
+class ReciprocalOp(UnaryOp):
+    name = "semantic.reciprocal"
+
+
+class FloorOp(UnaryOp):
+    name = "semantic.floor"
+
+
+class GeluOp(UnaryOp):
+    name = "semantic.gelu"
+
+    def infer(self) -> Type:
+        self.str_attr("approximate", ("none", "tanh"), default="none")
+        return super().infer()
+
+
+class BinaryOp(SemanticOp):
+    num_operands = 2
+    traits = frozenset({"pure", "elementwise"})
+
+    def infer(self) -> Type:
+        a, b = self.tensor_operand(0), self.tensor_operand(1)
+        if a.element != b.element:
+            raise self.fail(f"operands have different element types: {a} and {b} "
+                            f"(insert a 'semantic.cast')")
+        try:
+            shape = broadcast_shapes(a.shape, b.shape)
+        except ShapeError:
+            raise self.fail(f"operands do not broadcast: {a} and {b}") from None
+        return self.result_element(TensorType(shape, a.element))
+
+    def result_element(self, t: TensorType) -> TensorType:
+        return t
+
+
+class AddOp(BinaryOp):
+    name = "semantic.add"
+    traits = frozenset({"pure", "elementwise", "commutative"})
+
+
+class SubOp(BinaryOp):
+    name = "semantic.sub"
+
+
+class MulOp(BinaryOp):
+    name = "semantic.mul"
+    traits = frozenset({"pure", "elementwise", "commutative"})
+
+
+class DivOp(BinaryOp):
+    name = "semantic.div"
+
+
+class MaxOp(BinaryOp):
+    name = "semantic.max"
+    traits = frozenset({"pure", "elementwise", "commutative"})
+
+
+class MinOp(BinaryOp):
+    name = "semantic.min"
+    traits = frozenset({"pure", "elementwise", "commutative"})
+
+
+class PowOp(BinaryOp):
+    name = "semantic.pow"
+
+
+PREDICATES = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+class CmpOp(BinaryOp):
+    name = "semantic.cmp"
+
+    def result_element(self, t: TensorType) -> TensorType:
+        self.str_attr("predicate", PREDICATES)
+        return t.with_element(I1)
+
+
+class SelectOp(SemanticOp):
+    name = "semantic.select"
+    num_operands = 3
+    traits = frozenset({"pure", "elementwise"})
+
+    def infer(self) -> Type:
+        c, a, b = (self.tensor_operand(i) for i in range(3))
+        if c.element != I1:
+            raise self.fail(f"condition must be an i1 tensor, got {c}")
+        if a.element != b.element:
+            raise self.fail(f"branches have different element types: {a} and {b}")
+        try:
+            shape = broadcast_shapes(c.shape, a.shape, b.shape)
+        except ShapeError:
+            raise self.fail(f"operands do not broadcast: {c}, {a} and {b}") from None
+        return TensorType(shape, a.element)
+
+
+class CastOp(SemanticOp):
+    name = "semantic.cast"
+    num_operands = 1
+    traits = frozenset({"pure", "elementwise"})
+
+    def infer(self) -> Type:
+        return self.tensor_operand(0).with_element(self.declared.element)
+
+
+class ConstantOp(SemanticOp):
+    name = "semantic.constant"
+    num_operands = 0
+
+    @property
+    def value(self) -> DenseElementsAttr:
+        a = self.attr("value")
+        if not isinstance(a, DenseElementsAttr):
+            raise self.fail("needs a 'value = dense<…> : tensor<…>' attribute")
+        return a
+
+    def infer(self) -> Type:
+        return self.value.type
+
+
+# -------------------------------------------------------------------- reductions
+
+
+class ReduceOp(SemanticOp):
+    num_operands = 1
+    kind: ClassVar[str] = ""
+
+    def reduced(self) -> tuple[tuple[int, ...], bool]:
+        t = self.tensor_operand(0)
+        return self.axes_attr("axes", t.rank), self.bool_attr("keepdims", False)
+
+    def infer(self) -> Type:
+        t = self.tensor_operand(0)
+        axes, keep = self.reduced()
+        if keep:
+            shape = tuple(1 if i in axes else d for i, d in enumerate(t.shape))
+        else:
+            shape = tuple(d for i, d in enumerate(t.shape) if i not in axes)
+        return t.with_shape(shape)
+
+
+class ReduceSumOp(ReduceOp):
+    name = "semantic.reduce_sum"
+    kind = "sum"
+
+
+class ReduceMaxOp(ReduceOp):
+    name = "semantic.reduce_max"
+    kind = "max"
+
+
+class ReduceMinOp(ReduceOp):
+    name = "semantic.reduce_min"
+    kind = "min"
+
+
+class ReduceMeanOp(ReduceOp):
+    name = "semantic.reduce_mean"
+    kind = "mean"
+
+    def infer(self) -> Type:
+        if not self.tensor_operand(0).element.is_float:
+            raise self.fail(f"of an integer tensor is an error ({self.tensor_operand(0)})")
+        return super().infer()
+
+
+# ------------------------------------------------------------------------ layout
+
+
+class ReshapeOp(SemanticOp):
+    name = "semantic.reshape"
+    num_operands = 1
+
+    def infer(self) -> Type:
+        src, dst = self.tensor_operand(0), self.declared
+        if src.element != dst.element:
+            raise self.fail(f"cannot change the element type ({src} to {dst})")
+        if src.is_static and dst.is_static and src.num_elements != dst.num_elements:
+            raise self.fail(f"changes the element count: {src} has {src.num_elements}, "
+                            f"{dst} has {dst.num_elements}")
+        if src.is_static and sum(d is None for d in dst.shape) == 1:
+            known = 1
+            for d in dst.shape:
+                known *= d if d is not None else 1
+            if known == 0 or src.num_elements % known:
+                raise self.fail(f"cannot reshape {src} to {dst}")
+            return dst.with_shape(tuple(src.num_elements // known if d is None else d
+                                        for d in dst.shape))
+        return dst
+
+
+class TransposeOp(SemanticOp):
+    name = "semantic.transpose"
+    num_operands = 1
+
+    def permutation(self) -> tuple[int, ...]:
+        t = self.tensor_operand(0)
+        a = self.attr("permutation")
+        if not isinstance(a, DenseArrayAttr):
+            raise self.fail("needs 'permutation = array<i64: …>'")
+        if sorted(a.values) != list(range(t.rank)):
+            raise self.fail(f"permutation {list(a.values)} is not a permutation of "
+                            f"rank {t.rank}")
+        return a.values
+
+    def infer(self) -> Type:
+        t = self.tensor_operand(0)
+        return t.with_shape(tuple(t.shape[p] for p in self.permutation()))
+
+
+class BroadcastToOp(SemanticOp):
+    name = "semantic.broadcast_to"
+    num_operands = 1
+
+    def infer(self) -> Type:
+        src, dst = self.tensor_operand(0), self.declared
+        if src.element != dst.element:
+            raise self.fail(f"cannot change the element type ({src} to {dst})")
+        if not can_broadcast_to(src.shape, dst.shape):
+            raise self.fail(f"cannot broadcast {src} to {dst}")
+        pad = dst.rank - src.rank
+        dims = tuple(s if (d is None and s not in (1, None)) else d
+                     for s, d in zip((1,) * pad + src.shape, dst.shape))
+        return dst.with_shape(dims)
+
+
+class MatmulOp(SemanticOp):
+    name = "semantic.matmul"
+    num_operands = 2
+
+    def infer(self) -> Type:
+        a, b = self.tensor_operand(0), self.tensor_operand(1)
+        if a.rank < 2 or b.rank < 2:
+            raise self.fail(f"needs operands of rank >= 2, got {a} and {b}")
+        if a.element != b.element:
+            raise self.fail(f"operands have different element types: {a} and {b}")
+        m, k1 = a.shape[-2:]
+        k2, n = b.shape[-2:]
+        if k1 is not None and k2 is not None and k1 != k2:
+            raise self.fail(f"contraction dims differ: {a} and {b} ({k1} vs {k2})")
+        try:
+            batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ShapeError:
+            raise self.fail(f"batch dims do not broadcast: {a} and {b}") from None
+        return TensorType(batch + (m, n), a.element)
+
+
+# -------------------------------------------------------------------- composites
+
+
+class SoftmaxOp(SemanticOp):
+    name = "semantic.softmax"
+    num_operands = 1
+
+    def infer(self) -> Type:
+        t = self.tensor_operand(0)
+        if not t.element.is_float:
+            raise self.fail(f"needs a floating-point operand, got {t}")
+        self.axis_attr(t.rank)
+        return t
+
+
+class NormOp(SemanticOp):
+    """layernorm / rmsnorm: normalize over ``axis`` … last, scale (and shift)."""
+
+    def infer(self) -> Type:
+        x = self.tensor_operand(0)
+        if not x.element.is_float:
+            raise self.fail(f"needs a floating-point operand, got {x}")
+        axis = self.axis_attr(x.rank)
+        eps = self.float_attr("epsilon", 1e-5)
+        if eps < 0:
+            raise self.fail(f"epsilon must be >= 0, got {eps}")
+        norm_shape = x.shape[axis:]
+        for i in range(1, len(self.operands)):
+            p = self.tensor_operand(i)
+            if p.element != x.element:
+                raise self.fail(f"operand {i} has element type {p.element}, x has {x.element}")
+            if p.rank != len(norm_shape) or merge_types(p, x.with_shape(norm_shape)) is None:
+                raise self.fail(f"operand {i} must have shape {list(norm_shape)} "
+                                f"(x.shape[axis:]), got {p}")
+        return x
+
+
+class LayernormOp(NormOp):
+    name = "semantic.layernorm"
+    num_operands = 3
+
+
+class RmsnormOp(NormOp):
+    name = "semantic.rmsnorm"
+    num_operands = 2
+
+
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf",
+             "sin", "cos", "reciprocal", "floor", "gelu")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
+REDUCE_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean")
+ALL_OPS = UNARY_OPS + BINARY_OPS + REDUCE_OPS + (
+    "cmp", "select", "cast", "constant", "reshape", "transpose", "broadcast_to", "matmul",
+    "softmax", "layernorm", "rmsnorm")

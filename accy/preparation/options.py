@@ -1,0 +1,262 @@
+"""Run options: the target and every stage's options, frozen and validated.
+
+``--option STAGE.NAME=VALUE`` on the command line and the option axes of a
+sweep file land here. Each stage has a frozen dataclass of its options,
+validated in ``__post_init__``; :meth:`RunOptions.stage_key_fields` gives
+exactly what one stage reads, which is what its key hashes (so a
+``kernel.*`` option never changes a contract … memory key).
+
+Example
+-------
+>>> o = RunOptions.parse("cuda:sm_90", ["kernel.block_size=128"])
+>>> o.kernel.block_size, o.target.arch
+(128, 'sm_90')
+>>> o.stage_key_fields("memory") == RunOptions.parse("host", []).stage_key_fields("memory")
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from accy.errors import OptionError
+
+STAGES = ("contract", "tensor", "dispatch", "memory", "kernel", "target")
+
+
+@dataclass(frozen=True)
+class Target:
+    """``host``, or ``cuda`` with an ``sm_XX`` arch."""
+
+    kind: str = "host"
+    arch: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("host", "cuda"):
+            raise OptionError(f"unknown target '{self.kind}' (expected host, cuda or cuda:sm_XX)")
+        if self.kind == "cuda" and (self.arch is None or not re.fullmatch(r"sm_\d{2,3}a?",
+                                                                          self.arch)):
+            raise OptionError(f"bad CUDA arch '{self.arch}' (expected e.g. sm_90)")
+        if self.kind == "host" and self.arch is not None:
+            raise OptionError("the host target takes no arch")
+
+    @staticmethod
+    def parse(text: str) -> Target:
+        """``host``, ``cuda`` (the local GPU's arch, else sm_90) or ``cuda:sm_XX``."""
+        text = text.strip()
+        if text == "host":
+            return Target("host")
+        if text == "cuda":
+            from accy.executable import device
+
+            return Target("cuda", device.local_arch() or "sm_90")
+        if text.startswith("cuda:"):
+            return Target("cuda", text[5:])
+        raise OptionError(f"unknown target '{text}' (expected host, cuda or cuda:sm_XX)")
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "host" else f"cuda:{self.arch}"
+
+
+def _positive(name: str, value: int, *, power_of_two: bool = False, at_most: int | None = None) \
+        -> None:
+    if value <= 0:
+        raise OptionError(f"{name} must be positive, got {value}")
+    if power_of_two and value & (value - 1):
+        raise OptionError(f"{name} must be a power of two, got {value}")
+    if at_most is not None and value > at_most:
+        raise OptionError(f"{name} must be at most {at_most}, got {value}")
+
+
+@dataclass(frozen=True)
+class ContractOptions:
+    fold_constants: bool = True
+    """Fold ops whose operands are all constants."""
+    cse: bool = True
+    """Merge identical pure ops."""
+    max_fold_elements: int = 1 << 16
+    """Largest constant a fold may create."""
+
+    def __post_init__(self) -> None:
+        _positive("contract.max_fold_elements", self.max_fold_elements)
+
+
+@dataclass(frozen=True)
+class TensorOptions:
+    innermost_reductions: bool = True
+    """Transpose so every reduction runs over the innermost axis."""
+
+
+@dataclass(frozen=True)
+class DispatchOptions:
+    fuse: bool = True
+    """Fuse elementwise producers/consumers into reductions and matmul epilogues."""
+    max_region_ops: int = 128
+    """Largest fused region (ops)."""
+
+    def __post_init__(self) -> None:
+        _positive("dispatch.max_region_ops", self.max_region_ops)
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    reuse: bool = True
+    """Reuse the buffers of dead intermediates."""
+    inplace: bool = True
+    """Write an elementwise result over a dying input of the same layout."""
+    alignment: int = 256
+    """Byte alignment of every buffer in the workspace arena."""
+
+    def __post_init__(self) -> None:
+        _positive("memory.alignment", self.alignment, power_of_two=True, at_most=4096)
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    block_size: int = 256
+    """Threads per block (CUDA) for elementwise and row kernels."""
+    vector_width: int = 4
+    """Elements per vector load/store (1, 2 or 4)."""
+    rows_per_block: int = 0
+    """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
+    tile_m: int = 64
+    tile_n: int = 64
+    tile_k: int = 16
+    """Matmul tile sizes."""
+
+    def __post_init__(self) -> None:
+        _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
+        if self.block_size < 32:
+            raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
+        if self.vector_width not in (1, 2, 4):
+            raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
+        if self.rows_per_block < 0:
+            raise OptionError("kernel.rows_per_block must be >= 0")
+        for n in ("tile_m", "tile_n"):
+            _positive(f"kernel.{n}", getattr(self, n), power_of_two=True, at_most=128)
+            if getattr(self, n) < 16:
+                raise OptionError(f"kernel.{n} must be at least 16")
+        _positive("kernel.tile_k", self.tile_k, power_of_two=True, at_most=64)
+        if self.tile_k < 4:
+            raise OptionError("kernel.tile_k must be at least 4")
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    fast_math: bool = False
+    """Use fast approximate math intrinsics (``__expf``…)."""
+
+
+STAGE_OPTION_TYPES: dict[str, type] = {
+    "contract": ContractOptions, "tensor": TensorOptions, "dispatch": DispatchOptions,
+    "memory": MemoryOptions, "kernel": KernelOptions, "target": TargetOptions,
+}
+
+
+def _convert(stage: str, f: dataclasses.Field[Any], text: str) -> Any:
+    full = f"{stage}.{f.name}"
+    if f.type in ("bool", bool):
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise OptionError(f"{full} takes true or false, got '{text}'")
+    if f.type in ("int", int):
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise OptionError(f"{full} takes an integer, got '{text}'") from None
+    return text
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The target plus every stage's options."""
+
+    target: Target = field(default_factory=Target)
+    contract: ContractOptions = field(default_factory=ContractOptions)
+    tensor: TensorOptions = field(default_factory=TensorOptions)
+    dispatch: DispatchOptions = field(default_factory=DispatchOptions)
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    kernel: KernelOptions = field(default_factory=KernelOptions)
+    target_options: TargetOptions = field(default_factory=TargetOptions)
+
+    @staticmethod
+    def parse(target: str | Target = "host", assignments: Iterable[str] | Mapping[str, Any] = ()) \
+            -> RunOptions:
+        """Build from a target and ``STAGE.NAME=VALUE`` assignments (or a mapping)."""
+        tgt = target if isinstance(target, Target) else Target.parse(target)
+        pairs: list[tuple[str, str]] = []
+        if isinstance(assignments, Mapping):
+            pairs = [(k, str(v).lower() if isinstance(v, bool) else str(v))
+                     for k, v in assignments.items()]
+        else:
+            for a in assignments:
+                if "=" not in a:
+                    raise OptionError(f"option '{a}' must look like STAGE.NAME=VALUE")
+                k, v = a.split("=", 1)
+                pairs.append((k.strip(), v.strip()))
+        per_stage: dict[str, dict[str, Any]] = {s: {} for s in STAGES}
+        for key, value in pairs:
+            stage, _, name = key.partition(".")
+            if stage not in STAGE_OPTION_TYPES or not name:
+                raise OptionError(f"unknown option '{key}' (stages: {', '.join(STAGES)})")
+            fmap = {f.name: f for f in fields(STAGE_OPTION_TYPES[stage])}
+            if name not in fmap:
+                known = ", ".join(f"{stage}.{n}" for n in fmap)
+                raise OptionError(f"unknown option '{key}' (known: {known})")
+            per_stage[stage][name] = _convert(stage, fmap[name], value)
+        built = {s: STAGE_OPTION_TYPES[s](**per_stage[s]) for s in STAGES}
+        return RunOptions(tgt, built["contract"], built["tensor"], built["dispatch"],
+                          built["memory"], built["kernel"], built["target"])
+
+    def stage_options(self, stage: str) -> Any:
+        return self.target_options if stage == "target" else getattr(self, stage)
+
+    def stage_key_fields(self, stage: str) -> dict[str, Any]:
+        """Every option ``stage`` reads (the target included where it reads it)."""
+        out: dict[str, Any] = dataclasses.asdict(self.stage_options(stage))
+        if stage == "kernel":
+            out["target.kind"] = self.target.kind
+        if stage == "target":
+            out["target"] = str(self.target)
+        return out
+
+    def assignments(self) -> dict[str, Any]:
+        """The non-default options as ``STAGE.NAME`` → value."""
+        out: dict[str, Any] = {}
+        for s in STAGES:
+            opts = self.stage_options(s)
+            default = STAGE_OPTION_TYPES[s]()
+            for f in fields(opts):
+                if getattr(opts, f.name) != getattr(default, f.name):
+                    out[f"{s}.{f.name}"] = getattr(opts, f.name)
+        return out
+
+
+def parse_shapes(assignments: Iterable[str] | Mapping[str, str]) -> dict[int, tuple[int, ...]]:
+    """``arg0=8192x4096`` → ``{0: (8192, 4096)}`` (repeatable, one per argument)."""
+    pairs = list(assignments.items()) if isinstance(assignments, Mapping) else \
+        [tuple(a.split("=", 1)) if "=" in a else (a, "") for a in assignments]
+    out: dict[int, tuple[int, ...]] = {}
+    for key, value in pairs:
+        m = re.fullmatch(r"arg(\d+)", str(key).strip())
+        if not m:
+            raise OptionError(f"--shape key '{key}' must be argN (e.g. arg0=8192x4096)")
+        text = str(value).strip()
+        if text in ("", "scalar"):
+            dims: tuple[int, ...] = ()
+        elif re.fullmatch(r"\d+(x\d+)*", text):
+            dims = tuple(int(d) for d in text.split("x"))
+        else:
+            raise OptionError(f"--shape value '{value}' for {key} must look like 8192x4096")
+        idx = int(m.group(1))
+        if idx in out:
+            raise OptionError(f"--shape given twice for arg{idx}")
+        out[idx] = dims
+    return out
