@@ -1,0 +1,375 @@
+"""The device boundary: the one module of accy that talks to CuPy, NVRTC and cc.
+
+Everything here imports CuPy (and ``cupy_backends``) lazily, inside functions,
+so ``import accy`` stays free of CuPy. Failures of the underlying tools become
+:class:`~accy.errors.FragmentCompileError` (with the compiler log, the options
+and the path of the saved source) or :class:`~accy.errors.FragmentLoadError`.
+
+Compiling needs no GPU: NVRTC produces a cubin for any ``sm_XY`` it knows, and
+the host C compiler builds a shared object. Loading a cubin needs a GPU.
+
+Example
+-------
+>>> cubin = compile_cuda('extern "C" __global__ void k(float* x) {}', "sm_90")
+>>> cubin[:4]
+b'\\x7fELF'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from accy.errors import FragmentCompileError, FragmentLoadError
+
+DEFAULT_HOST_FLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
+"""Flags :func:`compile_host` passes to the C compiler unless told otherwise."""
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name in the same folder."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------- NVRTC (no GPU needed)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """The (major, minor) version of the NVRTC library CuPy binds to.
+
+    Example
+    -------
+    >>> nvrtc_version() >= (12, 0)
+    True
+    """
+    from cupy_backends.cuda.libs import nvrtc
+
+    major, minor = nvrtc.getVersion()
+    return int(major), int(minor)
+
+
+def cuda_compiler_identity() -> str:
+    """The CUDA compiler's identity for compile keys, e.g. ``"nvrtc-13.5"``.
+
+    Example
+    -------
+    >>> cuda_compiler_identity().startswith("nvrtc-")
+    True
+    """
+    major, minor = nvrtc_version()
+    return f"nvrtc-{major}.{minor}"
+
+
+def compile_cuda(
+    source: str,
+    arch: str,
+    *,
+    options: Sequence[str] = (),
+    name: str = "fragment.cu",
+    workspace: str | None = None,
+) -> bytes:
+    """Compile CUDA C++ ``source`` to a cubin for ``arch`` (``"sm_90"``) with NVRTC.
+
+    The options are ``-arch=<arch>``, ``--std=c++17``, then ``options`` (for
+    example ``-use_fast_math``). When ``workspace`` is given the source is saved
+    there as ``name``; otherwise it is saved to a fresh temporary folder only
+    when compilation fails, so the error always points at a file to open.
+
+    Raises
+    ------
+    FragmentCompileError
+        NVRTC rejected the source or an option; carries NVRTC's log, the
+        options and the path of the saved source.
+
+    Example
+    -------
+    >>> src = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2; }'
+    >>> compile_cuda(src, "sm_90", options=["-use_fast_math"])[:4]
+    b'\\x7fELF'
+    """
+    from cupy_backends.cuda.libs import nvrtc
+
+    opts = (f"-arch={arch}", "--std=c++17", *options)
+    source_path = None
+    if workspace is not None:
+        os.makedirs(workspace, exist_ok=True)
+        source_path = os.path.join(workspace, name)
+        _write_atomic(source_path, source.encode())
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+            return bytes(nvrtc.getCUBIN(prog))
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog) or str(e)
+            if source_path is None:
+                source_path = os.path.join(tempfile.mkdtemp(prefix="accy-cuda-"), name)
+                _write_atomic(source_path, source.encode())
+            raise FragmentCompileError(
+                f"NVRTC failed to compile {name} for {arch} ({e})",
+                log=log,
+                options=opts,
+                source_path=source_path,
+            ) from None
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+# ---------------------------------------------------------------- host C compiler
+
+
+def _cc_command() -> list[str]:
+    return shlex.split(os.environ.get("CC", "cc")) or ["cc"]
+
+
+@functools.cache
+def _cc_identity(cc: str) -> str:
+    cmd = shlex.split(cc)
+    try:
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise FragmentCompileError(
+            f"no usable C compiler {cc!r} (install gcc or clang, or set $CC): {e}"
+        ) from None
+    first = out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown version"
+    return f"{cmd[0]}: {first}"
+
+
+def host_compiler_identity() -> str:
+    """The host C compiler (``$CC`` or ``cc``) and the first line of its ``--version``.
+
+    Example
+    -------
+    >>> host_compiler_identity()  # doctest: +SKIP
+    'cc: cc (Debian 12.2.0-14+deb12u1) 12.2.0'
+    """
+    return _cc_identity(shlex.join(_cc_command()))
+
+
+def compile_host(
+    source: str,
+    workspace: str,
+    *,
+    flags: Sequence[str] = DEFAULT_HOST_FLAGS,
+    name: str = "fragment",
+) -> str:
+    """Compile C ``source`` to ``<workspace>/<name>.so`` and return that path.
+
+    The source is written to ``<workspace>/<name>.c``; the library is built
+    under a temporary name in the same folder and moved into place with
+    ``os.replace``, so a reader never sees a half-written ``.so``. ``-lm`` is
+    linked.
+
+    Raises
+    ------
+    FragmentCompileError
+        The compiler rejected the source (log: its stderr) or is missing.
+
+    Example
+    -------
+    >>> so = compile_host("void f(void** b) {}", tempfile.mkdtemp())
+    >>> so.endswith("fragment.so")
+    True
+    """
+    os.makedirs(workspace, exist_ok=True)
+    source_path = os.path.join(workspace, f"{name}.c")
+    so_path = os.path.join(workspace, f"{name}.so")
+    _write_atomic(source_path, source.encode())
+    fd, tmp = tempfile.mkstemp(dir=workspace, prefix=f".{name}-", suffix=".so.tmp")
+    os.close(fd)
+    cmd = [*_cc_command(), *flags, "-o", tmp, source_path, "-lm"]
+    try:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise FragmentCompileError(
+                f"no usable C compiler {cmd[0]!r} (install gcc or clang, or set $CC): {e}",
+                options=tuple(flags),
+                source_path=source_path,
+            ) from None
+        if proc.returncode != 0:
+            raise FragmentCompileError(
+                f"{cmd[0]} failed to compile {name}.c (exit {proc.returncode})",
+                log=proc.stderr,
+                options=tuple(flags),
+                source_path=source_path,
+            )
+        os.replace(tmp, so_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return so_path
+
+
+class HostLibrary:
+    """A shared object built by :func:`compile_host`, loaded with ``ctypes``.
+
+    Note that ``dlopen`` returns the already-loaded library for a path it has
+    seen, so a process must not rebuild a different library at the same path
+    and load it again; give each compile key its own workspace.
+
+    Example
+    -------
+    >>> src = "void twice(void** b, long long n) { float* x = b[0]; for (long long i = 0; i < n; i++) x[i] *= 2; }"
+    >>> lib = HostLibrary(compile_host(src, tempfile.mkdtemp()))
+    >>> x = np.ones(3, np.float32)
+    >>> lib.call("twice", [x.ctypes.data], 3)
+    >>> x.tolist()
+    [2.0, 2.0, 2.0]
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._lib = ctypes.CDLL(os.path.abspath(path))
+        except OSError as e:
+            raise FragmentLoadError(f"cannot load host library {path}: {e}") from None
+
+    def _function(self, name: str) -> Any:
+        try:
+            fn = getattr(self._lib, name)
+        except AttributeError:
+            raise FragmentLoadError(f"{self.path} has no function {name!r}") from None
+        fn.restype = None
+        return fn
+
+    def call(self, name: str, pointers: Sequence[int], *ints: int) -> None:
+        """Call ``void name(void** buffers, int64_t i0, ...)``.
+
+        ``pointers`` are addresses (``ndarray.ctypes.data``); the caller keeps
+        the memory they point into alive for the call. ``ints`` follow as
+        ``int64_t`` arguments.
+        """
+        buffers = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        self._function(name)(buffers, *(ctypes.c_int64(int(i)) for i in ints))
+
+    def call_with_buffers(self, name: str, arrays: Sequence[np.ndarray], *ints: int) -> None:
+        """Call ``void name(void** buffers, ...)`` with the data of C-contiguous ``arrays``.
+
+        Example
+        -------
+        >>> lib = HostLibrary(compile_host("void z(void** b) { ((float*)b[0])[0] = 0; }", tempfile.mkdtemp()))
+        >>> x = np.ones(2, np.float32); lib.call_with_buffers("z", [x]); x.tolist()
+        [0.0, 1.0]
+        """
+        for i, a in enumerate(arrays):
+            if not a.flags.c_contiguous:
+                raise ValueError(f"buffer {i} of {name} is not C-contiguous")
+        self.call(name, [a.ctypes.data for a in arrays], *ints)
+
+
+# ---------------------------------------------------------------- GPU (CuPy)
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device (probed once per process).
+
+    Example
+    -------
+    >>> isinstance(gpu_available(), bool)
+    True
+    """
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount()) > 0
+    except Exception:
+        return False
+
+
+def local_arch() -> str | None:
+    """``"sm_XY"`` of the current CUDA device, or None without a GPU.
+
+    Example
+    -------
+    >>> local_arch() is None or local_arch().startswith("sm_")
+    True
+    """
+    if not gpu_available():
+        return None
+    import cupy
+
+    return f"sm_{cupy.cuda.Device().compute_capability}"
+
+
+class CudaModule:
+    """A cubin loaded into the current CUDA device's context through CuPy.
+
+    Kernel arguments are passed as CuPy passes them: a ``cupy.ndarray`` as the
+    device address of its first element (a view's offset included), a
+    ``cupy.cuda.MemoryPointer`` as its address, and NumPy scalars
+    (``np.int32``, ``np.int64``, ``np.float32``...) by value with their own
+    width. A raw pointer into an arena buffer is therefore either a view,
+    ``arena[off:off + nbytes].view(cupy.float32)``, or ``arena.data + off``.
+    Bare Python ``int``/``float`` are refused: CuPy would widen them to 64
+    bits, which silently mismatches an ``int``/``float`` parameter.
+
+    Example
+    -------
+    >>> mod = CudaModule(compile_cuda(src, local_arch()))  # doctest: +SKIP
+    >>> mod.launch("twice", (1, 1, 1), (32, 1, 1), [x])  # doctest: +SKIP
+    """
+
+    def __init__(self, cubin: bytes) -> None:
+        self._functions: dict[str, Any] = {}
+        try:
+            import cupy
+
+            cupy.cuda.runtime.free(0)  # make the device's primary context current
+            self._module = cupy.cuda.function.Module()
+            self._module.load(bytes(cubin))
+        except Exception as e:
+            raise FragmentLoadError(f"cannot load cubin ({len(cubin)} bytes): {e}") from None
+
+    def get_function(self, name: str) -> Any:
+        """The kernel ``name`` (a ``cupy.cuda.function.Function``); cached."""
+        fn = self._functions.get(name)
+        if fn is None:
+            try:
+                fn = self._functions[name] = self._module.get_function(name)
+            except Exception as e:
+                raise FragmentLoadError(f"no kernel {name!r} in module: {e}") from None
+        return fn
+
+    def launch(
+        self,
+        name: str,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        stream: Any = None,
+    ) -> None:
+        """Launch kernel ``name`` asynchronously on ``stream`` (CuPy's current if None)."""
+        import cupy
+
+        for i, a in enumerate(args):
+            if not isinstance(a, cupy.ndarray | cupy.cuda.MemoryPointer | np.generic):
+                raise TypeError(
+                    f"argument {i} of {name} is {type(a).__name__}; pass a cupy.ndarray, "
+                    "a cupy.cuda.MemoryPointer or a NumPy scalar (np.int32, np.float32, ...)"
+                )
+        fn = self.get_function(name)
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        try:
+            fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)
+        except Exception as e:
+            raise FragmentLoadError(f"launch of {name} failed: {e}") from None
