@@ -6,4 +6,11 @@ the parser and the wire decoder build declared ops.
 
 from __future__ import annotations
 
-from accy.dialects import semantic  # noqa: F401  (registers ops)
+import importlib
+
+for _name in ("semantic", "prim", "dispatch", "kernel"):
+    try:
+        importlib.import_module(f"accy.dialects.{_name}")
+    except ModuleNotFoundError as _e:  # pragma: no cover - a dialect still being written
+        if _e.name != f"accy.dialects.{_name}":
+            raise

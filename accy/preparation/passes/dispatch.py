@@ -1,0 +1,387 @@
+"""Dispatch stage: partition prim ops into dispatch regions (one launch each).
+
+Fusion, in one forward walk over each function (producer → consumer):
+
+- ``prim.broadcast`` / ``prim.transpose`` and constants are *index maps*: they
+  are never launches of their own; every region that reads through them
+  clones them (a broadcast of a row statistic is a register read, a
+  transposed operand is a strided load);
+- an elementwise op joins the group of one of its producers when it iterates
+  the same space: an elementwise group of its shape, a row group whose row
+  (or reduced row) it is — a reduction's epilogue — or a matmul group whose
+  output it is — a matmul epilogue;
+- a reduction joins the row group its input comes from (softmax's two
+  reductions share one), turns an elementwise producer group of its input's
+  shape into a row group (prologue fusion), or starts a row group;
+- a matmul starts a group;
+- a join that would make two groups depend on each other is refused.
+
+``prim.reshape`` stays between regions (a view of a materialized buffer).
+Every function result becomes a distinct region output (a copy region when
+needed), so the memory stage can give each result its own buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from accy.choir.attributes import DenseArrayAttr, IntegerAttr, StringAttr, TensorType
+from accy.choir.builtin import FuncOp, ReturnOp
+from accy.choir.ir import Block, BlockArgument, Operation, OpResult, Region, Value
+from accy.choir.passes import Pass, PassContext
+from accy.dialects.dispatch import SPLITS, RegionOp, YieldOp
+
+INDEX_OPS = frozenset({"prim.broadcast", "prim.transpose"})
+ELEMENTWISE = frozenset(
+    f"prim.{n}" for n in (
+        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf", "sin",
+        "cos", "reciprocal", "floor", "add", "sub", "mul", "div", "max", "min", "pow", "cmp",
+        "select", "cast"))
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType) and t.is_static
+    return tuple(t.shape)  # type: ignore[arg-type]
+
+
+def _free(op: Operation) -> bool:
+    """Index maps and constants: cloned into every region that reads them."""
+    return op.op_name in INDEX_OPS or op.op_name == "prim.constant"
+
+
+@dataclass(eq=False)
+class Group:
+    kind: str
+    shape: tuple[int, ...]
+    """Elementwise: the iteration shape; rows: the row shape; matmul: the output shape."""
+    ops: list[Operation] = field(default_factory=list)
+    deps: set[Group] = field(default_factory=set)
+    """Every group this one (transitively) reads from."""
+    copy_of: Value | None = None
+    """For a copy region made for a function result: the value copied."""
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class _Former:
+    def __init__(self, func: FuncOp, fuse: bool, max_ops: int, ctx: PassContext) -> None:
+        self.func = func
+        self.fuse = fuse
+        self.max_ops = max_ops
+        self.ctx = ctx
+        self.group_of: dict[Operation, Group] = {}
+        self.groups: list[Group] = []
+        self.result_sources: list[Group | None] = []
+        """Per function result: None when a region output is returned as is, else its copy."""
+
+    # ---------------------------------------------------------------- analysis
+    def bases(self, v: Value) -> list[tuple[Value, list[Operation]]]:
+        """The materialized values ``v`` reads through index maps, with the chain."""
+        if isinstance(v, OpResult) and _free(v.op) and v.op not in self.group_of:
+            out = []
+            for operand in v.op.operands:
+                for base, chain in self.bases(operand):
+                    out.append((base, [v.op, *chain]))
+            return out
+        return [(v, [])]
+
+    def group_of_value(self, v: Value) -> Group | None:
+        return self.group_of.get(v.op) if isinstance(v, OpResult) else None
+
+    def producer_groups(self, op: Operation) -> list[tuple[Group, list[Operation]]]:
+        out = []
+        for operand in op.operands:
+            for base, chain in self.bases(operand):
+                g = self.group_of_value(base)
+                if g is not None:
+                    out.append((g, chain))
+        return out
+
+    def can_join(self, op: Operation, g: Group) -> bool:
+        if len(g.ops) >= self.max_ops:
+            return False
+        shape = _shape(op.results[0]) if op.results else ()
+        if g.kind == "elementwise" and shape != g.shape:
+            return False
+        if g.kind == "rows":
+            reduced = g.shape[:-1] + (1,)
+            if op.op_name == "prim.reduce":
+                if _shape(op.operands[0]) != g.shape:
+                    return False
+            elif shape not in (g.shape, reduced):
+                return False
+        if g.kind == "matmul" and (shape != g.shape or op.op_name == "prim.reduce"):
+            return False
+        for other, chain in self.producer_groups(op):
+            if other is g:
+                if not self.row_local(g, chain):
+                    return False
+            elif g in other.deps:
+                return False  # joining would make g and other read each other
+        return True
+
+    def row_local(self, g: Group, chain: list[Operation]) -> bool:
+        """An index chain from a value of ``g`` back into ``g`` stays on the same row/element."""
+        if g.kind == "elementwise" or not chain:
+            return True
+        if g.kind == "matmul":
+            return False
+        if len(chain) != 1 or chain[0].op_name != "prim.broadcast":
+            return False
+        b = chain[0]
+        dims = b.attr("dims")
+        src = _shape(b.operands[0])
+        return (isinstance(dims, DenseArrayAttr) and dims.values == tuple(range(len(src)))
+                and src == g.shape[:-1] + (1,) and _shape(b.results[0]) == g.shape)
+
+    def add(self, op: Operation, g: Group) -> None:
+        g.ops.append(op)
+        self.group_of[op] = g
+        for other, _ in self.producer_groups(op):
+            if other is not g:
+                g.deps.add(other)
+                g.deps |= other.deps
+        for h in self.groups:  # keep deps transitive for groups that read g
+            if g in h.deps:
+                h.deps |= g.deps
+
+    def new_group(self, kind: str, shape: tuple[int, ...], op: Operation | None) -> Group:
+        g = Group(kind, shape)
+        self.groups.append(g)
+        if op is not None:
+            self.add(op, g)
+        return g
+
+    # ---------------------------------------------------------------- grouping
+    def form(self) -> None:
+        block = self.func.body
+        for op in block.ops:
+            name = op.op_name
+            if _free(op) or name == "prim.reshape" or isinstance(op, ReturnOp):
+                continue
+            if name in ELEMENTWISE:
+                self.place_elementwise(op)
+            elif name == "prim.reduce":
+                self.place_reduce(op)
+            elif name == "prim.matmul":
+                self.new_group("matmul", _shape(op.results[0]), op)
+            else:
+                raise AssertionError(f"unexpected op '{name}' at the dispatch stage")
+        # A reshape reads a materialized buffer: an index map or constant feeding
+        # one is given its own (copy) region.
+        for op in block.ops:
+            if op.op_name == "prim.reshape":
+                src = op.operands[0]
+                if isinstance(src, OpResult) and _free(src.op) and src.op not in self.group_of:
+                    self.new_group("elementwise", _shape(src), src.op)
+        self.materialize_results()
+
+    def place_elementwise(self, op: Operation) -> None:
+        if self.fuse:
+            cands = self.producer_groups(op)
+            order = {"rows": 0, "matmul": 0, "elementwise": 1}
+            for g, _ in sorted(cands, key=lambda c: order[c[0].kind]):
+                if self.can_join(op, g):
+                    self.add(op, g)
+                    self.ctx.stat("fused-ops")
+                    return
+        self.new_group("elementwise", _shape(op.results[0]), op)
+
+    def place_reduce(self, op: Operation) -> None:
+        row = _shape(op.operands[0])
+        if self.fuse:
+            for g, chain in self.producer_groups(op):
+                if g.kind == "rows" and g.shape == row and self.can_join(op, g):
+                    self.add(op, g)
+                    self.ctx.stat("fused-reductions")
+                    return
+                if g.kind == "elementwise" and g.shape == row and not chain:
+                    g.kind, g.shape = "rows", row
+                    if self.can_join(op, g):
+                        self.add(op, g)
+                        self.ctx.stat("fused-prologues")
+                        return
+                    g.kind = "elementwise"
+        self.new_group("rows", row, op)
+
+    def materialize_results(self) -> None:
+        ret = self.func.body.terminator
+        assert isinstance(ret, ReturnOp)
+        claimed: set[Value] = set()
+        for v in ret.operands:
+            g = self.group_of_value(v)
+            if g is not None and v not in claimed and g.copy_of is None:
+                claimed.add(v)
+                self.result_sources.append(None)
+                continue
+            copy = self.new_group("elementwise", _shape(v), None)
+            copy.copy_of = v
+            self.result_sources.append(copy)
+            for base, _ in self.bases(v):
+                bg = self.group_of_value(base)
+                if bg is not None:
+                    copy.deps.add(bg)
+                    copy.deps |= bg.deps
+            self.ctx.stat("result-copies")
+
+    # ---------------------------------------------------------------- building
+    def used_outside(self, v: Value, g: Group) -> bool:
+        for user, _ in v.uses:
+            if user in g.ops:
+                continue
+            if _free(user) and user not in self.group_of:
+                if any(self.used_outside(r, g) for r in user.results):
+                    return True
+                continue
+            return True
+        return False
+
+    def build(self) -> None:
+        """Rebuild the function body: regions and reshapes in dependency order."""
+        old = self.func.body
+        ret = old.terminator
+        assert isinstance(ret, ReturnOp)
+        new = Block([a.type for a in old.args], [a.loc for a in old.args])
+        avail: dict[Value, Value] = dict(zip(old.args, new.args))
+        result_of_copy: dict[Group, Value] = {}
+        pending = [g for g in self.groups if g.ops or g.copy_of is not None]
+        reshapes = [op for op in old.ops if op.op_name == "prim.reshape"]
+        index = {id(op): i for i, op in enumerate(old.ops)}
+
+        def ready(g: Group) -> bool:
+            return all(b in avail for b in self.group_inputs(g))
+
+        while pending or reshapes:
+            progressed = False
+            for op in list(reshapes):
+                if op.operands[0] in avail:
+                    r = Operation.create("prim.reshape", [avail[op.operands[0]]],
+                                         op.result_types, op.attributes, op.properties, (),
+                                         op.loc)
+                    new.append(r)
+                    avail[op.results[0]] = r.results[0]
+                    reshapes.remove(op)
+                    progressed = True
+            for g in sorted(pending, key=lambda g: index.get(id(g.ops[0]), 1 << 30)
+                            if g.ops else 1 << 30):
+                if ready(g):
+                    outs = self.emit_region(g, new, avail)
+                    if g.copy_of is not None:
+                        result_of_copy[g] = outs[0]
+                    pending.remove(g)
+                    progressed = True
+                    break
+            if not progressed:
+                raise AssertionError("dispatch regions depend on each other")
+        results = [avail[v] if src is None else result_of_copy[src]
+                   for v, src in zip(ret.operands, self.result_sources)]
+        new.append(ReturnOp(results, loc=ret.loc))
+        for op in reversed(list(old.ops)):  # the old body is dropped whole
+            op._drop_operands()
+        region = self.func.regions[0]
+        region.blocks = []
+        region.add_block(new)
+
+    def group_inputs(self, g: Group) -> list[Value]:
+        vals: list[Value] = []
+        sources = [g.copy_of] if g.copy_of is not None else \
+            [o for op in g.ops for o in op.operands]
+        for operand in sources:
+            for base, _ in self.bases(operand):
+                if isinstance(base, OpResult) and base.op in g.ops:
+                    continue
+                if base not in vals:
+                    vals.append(base)
+        return vals
+
+    def emit_region(self, g: Group, new: Block, avail: dict[Value, Value]) -> list[Value]:
+        inputs = self.group_inputs(g)
+        body = Block([v.type for v in inputs])
+        inner: dict[Value, Value] = dict(zip(inputs, body.args))
+
+        def resolve(v: Value) -> Value:
+            if v in inner:
+                return inner[v]
+            assert isinstance(v, OpResult), "unresolved region operand"
+            clone = Operation.create(v.op.op_name, [resolve(o) for o in v.op.operands],
+                                     v.op.result_types, v.op.attributes, v.op.properties, (),
+                                     v.op.loc)
+            body.append(clone)
+            for r, cr in zip(v.op.results, clone.results):
+                inner[r] = cr
+            return inner[v]
+
+        if g.copy_of is not None:
+            outputs_orig = [g.copy_of]
+            yielded = [resolve(g.copy_of)]
+        else:
+            for op in g.ops:
+                resolve(op.results[0]) if op.results else None
+            outputs_orig = [r for op in g.ops for r in op.results if self.used_outside(r, g)]
+            yielded = [inner[v] for v in outputs_orig]
+        body.append(YieldOp(yielded))
+        shape = g.shape
+        attrs = {"kind": StringAttr(g.kind), "iteration": DenseArrayAttr(tuple(shape)),
+                 "split": StringAttr(SPLITS[g.kind]),
+                 "work_items": IntegerAttr(self.work_items(g))}
+        if g.kind == "matmul":
+            mm = next(op for op in g.ops if op.op_name == "prim.matmul")
+            attrs["contraction"] = IntegerAttr(_shape(mm.operands[0])[-1])
+        region = RegionOp([avail[v] for v in inputs], [v.type for v in outputs_orig], attrs,
+                          regions=[Region([body])],
+                          loc=g.ops[0].loc if g.ops else self.func.loc)
+        new.append(region)
+        for v, r in zip(outputs_orig, region.results):
+            if g.copy_of is None:
+                avail[v] = r
+        self.ctx.stat(f"{g.kind}-regions")
+        return list(region.results)
+
+    @staticmethod
+    def work_items(g: Group) -> int:
+        if g.kind == "rows":
+            return math.prod(g.shape[:-1])
+        if g.kind == "matmul":
+            return math.prod(g.shape[:-2]) if len(g.shape) > 2 else 1
+        return math.prod(g.shape)
+
+
+@dataclass(frozen=True)
+class FormDispatchRegions(Pass):
+    """Group prim ops into ``dispatch.region`` ops (see the module docstring)."""
+
+    name = "form-dispatch-regions"
+    fuse: bool = True
+    max_region_ops: int = 128
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        for op in list(module.body.ops):
+            if isinstance(op, FuncOp):
+                former = _Former(op, self.fuse, self.max_region_ops, ctx)
+                former.form()
+                former.build()
+
+
+@dataclass(frozen=True)
+class MaterializeResults(Pass):
+    """Check that every function result is a distinct region output (one buffer each)."""
+
+    name = "materialize-results"
+    preserves = frozenset({"*"})
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        from accy.errors import VerifyError
+
+        for func in module.body.ops:
+            if not isinstance(func, FuncOp):
+                continue
+            seen: set[Value] = set()
+            for v in func.return_op.operands:
+                if isinstance(v, BlockArgument) or not isinstance(v.op, RegionOp) or v in seen:
+                    raise VerifyError("a function result is not a distinct dispatch output",
+                                      func.return_op.loc)
+                seen.add(v)
+            ctx.stat("results", len(seen))
