@@ -612,8 +612,9 @@ class Parser:
             if el.name == "bf16":
                 arr = (np.frombuffer(data, dtype=np.uint16).astype(np.uint32) << 16).view(
                     np.float32)
-            elif el.name == "i1":
-                arr = np.frombuffer(data, dtype=np.uint8).astype(bool)
+            elif el.name == "i1":  # MLIR packs i1 eight to a byte, first value lowest
+                bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+                arr = bits[:n].astype(bool) if bits.size >= n else bits[:1].astype(bool)
             else:
                 arr = np.frombuffer(data, dtype=dtype)  # type: ignore[arg-type]
             if arr.size not in (1, n):
