@@ -1,0 +1,186 @@
+"""Compile a fragment: the target product's source → a cubin (NVRTC) or a shared object (cc).
+
+A compiled fragment is an artifact, keyed and reused like a stage product:
+its key hashes the target product's fingerprint, the compiler's identity and
+version, the flags and the arch (DESIGN.md §1). It carries the binary bytes
+and the :class:`FragmentPlan` (launch table and buffer plan), so it can be
+stored, shipped to another process and loaded there.
+
+Example
+-------
+>>> # from accy.preparation.stages import prepare_through
+>>> # job = prepare_through(sm, "target", RunOptions(), {0: (8, 4096)}).product
+>>> # compiled = compile_fragment(job, "/tmp/ws"); len(compiled.binary) > 0
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from accy.choir.attributes import (
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DictAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+)
+from accy.errors import FragmentCompileError, WireFormatError
+from accy.preparation.keys import StageKey, make_key, stage_version
+from accy.preparation.products import TargetJob
+
+
+def _plain(a: Attribute) -> Any:
+    if isinstance(a, (IntegerAttr, StringAttr, BoolAttr)):
+        return a.value
+    if isinstance(a, DenseArrayAttr):
+        return list(a.values)
+    if isinstance(a, ArrayAttr):
+        return [_plain(v) for v in a.values]
+    if isinstance(a, DictAttr):
+        return {k: _plain(v) for k, v in a.entries}
+    raise TypeError(f"unexpected plan attribute {a!r}")
+
+
+@dataclass
+class FragmentPlan:
+    """What a loader needs besides the binary: launches, buffers, signature."""
+
+    target: str
+    language: str
+    launches: list[dict[str, Any]]
+    buffers: list[dict[str, Any]]
+    arena_bytes: int
+    args: list[tuple[list[int], str]]
+    results: list[tuple[list[int], str]]
+    fast_math: bool = False
+
+    @staticmethod
+    def of(job: TargetJob) -> FragmentPlan:
+        attrs = job.module.attributes
+        entry = job.entry()
+        ftype = entry.function_type
+
+        def sig(types: tuple[Any, ...]) -> list[tuple[list[int], str]]:
+            out = []
+            for t in types:
+                assert isinstance(t, TensorType)
+                out.append(([int(d) for d in t.shape], t.element.name))  # type: ignore[arg-type]
+            return out
+
+        fm = attrs.get("target.fast_math")
+        return FragmentPlan(
+            target=_plain(attrs["target.target"]), language=_plain(attrs["target.language"]),
+            launches=_plain(attrs["target.launches"]), buffers=_plain(attrs["target.buffers"]),
+            arena_bytes=_plain(attrs["target.arena_bytes"]), args=sig(ftype.inputs),
+            results=sig(ftype.results), fast_math=bool(fm.value) if isinstance(fm, BoolAttr)
+            else False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "language": self.language, "launches": self.launches,
+                "buffers": self.buffers, "arena_bytes": self.arena_bytes,
+                "args": [list(a) for a in self.args], "results": [list(r) for r in self.results],
+                "fast_math": self.fast_math}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> FragmentPlan:
+        return FragmentPlan(d["target"], d["language"], d["launches"], d["buffers"],
+                            d["arena_bytes"], [(list(a[0]), a[1]) for a in d["args"]],
+                            [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False))
+
+
+@dataclass
+class CompiledFragment:
+    """A compiled artifact: binary bytes + plan, under its compile key."""
+
+    key: StageKey
+    plan: FragmentPlan
+    binary: bytes
+    source: str
+    elapsed_ns: int = 0
+    source_path: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> bytes:
+        return msgpack.packb([b"accy-fragment", self.key.hex, self.key.fields,
+                              self.plan.to_dict(), self.binary, self.source, self.elapsed_ns],
+                             use_bin_type=True)
+
+    @staticmethod
+    def from_wire(data: bytes) -> CompiledFragment:
+        try:
+            tag, hexkey, fields, plan, binary, source, elapsed = msgpack.unpackb(
+                bytes(data), raw=False, strict_map_key=True)
+            if tag != b"accy-fragment" or not isinstance(binary, bytes):
+                raise ValueError("tag")
+            return CompiledFragment(StageKey(hexkey, fields), FragmentPlan.from_dict(plan),
+                                    binary, source, int(elapsed))
+        except Exception as e:
+            raise WireFormatError(f"malformed compiled fragment: {type(e).__name__}") from None
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("CompiledFragment never pickles: it travels as msgpack")
+
+
+HOST_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
+
+
+def compiler_flags(plan_target: str, fast_math: bool) -> tuple[str, ...]:
+    if plan_target == "host":
+        return HOST_FLAGS
+    return ("-use_fast_math",) if fast_math else ()
+
+
+def compile_key(job: TargetJob) -> StageKey:
+    """H(target product fingerprint, compiler identity and version, flags, arch)."""
+    from accy.executable import device
+
+    target = job.module.attributes["target.target"].value  # type: ignore[attr-defined]
+    fm = job.module.attributes.get("target.fast_math")
+    fast = bool(fm.value) if isinstance(fm, BoolAttr) else False
+    if target == "host":
+        compiler = device.host_compiler_identity()
+        arch = "host"
+    else:
+        compiler = device.cuda_compiler_identity()
+        arch = target.split(":", 1)[1]
+    return make_key({"stage": "compile", "version": stage_version("compile"),
+                     "input": job.fingerprint(), "compiler": compiler,
+                     "flags": list(compiler_flags(target, fast)), "arch": arch})
+
+
+def compile_fragment(job: TargetJob, workspace: str | None = None,
+                     key: StageKey | None = None) -> CompiledFragment:
+    """Compile a target product; errors are ``FragmentCompileError`` with the log."""
+    from accy.executable import device
+
+    plan = FragmentPlan.of(job)
+    source = job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    key = key or compile_key(job)
+    workspace = workspace or tempfile.mkdtemp(prefix="accy-fragment-")
+    ws = os.path.join(workspace, key.hex[:16])
+    os.makedirs(ws, exist_ok=True)
+    flags = compiler_flags(plan.target, plan.fast_math)
+    t0 = time.perf_counter_ns()
+    if plan.target == "host":
+        so = device.compile_host(source, ws, flags=flags, name="fragment")
+        with open(so, "rb") as f:
+            binary = f.read()
+        src_path = os.path.join(ws, "fragment.c")
+    else:
+        arch = plan.target.split(":", 1)[1]
+        binary = device.compile_cuda(source, arch, options=flags, name="fragment.cu",
+                                     workspace=ws)
+        src_path = os.path.join(ws, "fragment.cu")
+    elapsed = time.perf_counter_ns() - t0
+    if not binary:
+        raise FragmentCompileError("the compiler produced no binary", source_path=src_path)
+    return CompiledFragment(key, plan, binary, source, elapsed, src_path)

@@ -1,0 +1,212 @@
+"""Load a compiled fragment and run it: :class:`LoadedFragment`.
+
+Loading is per process: a process keeps its loaded fragments in a registry
+keyed by compile key and reuses one while the key is unchanged; a new
+process loads again. A CUDA fragment is a CuPy module on this process's GPU;
+a host fragment is a shared object loaded with ctypes.
+
+Calling a loaded fragment allocates the buffers of its plan (the arena once
+per fragment, results per call), runs the launch table in order and returns
+the results: NumPy arrays on the host target, and on CUDA CuPy arrays when
+the inputs were CuPy arrays, NumPy otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from accy.errors import AccyError, FragmentLoadError
+from accy.executable.compile import CompiledFragment, FragmentPlan
+
+_STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
+            "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+            "index": np.int64}
+_REGISTRY: dict[str, LoadedFragment] = {}
+_LOCK = threading.Lock()
+
+
+def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    nan = (x & 0x7FFFFFFF) > 0x7F800000
+    r = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), r)
+
+
+def cupy_asnumpy(a: Any) -> np.ndarray:
+    import cupy
+
+    return cupy.asnumpy(a)
+
+
+def _from_bf16_bits(a: Any) -> Any:
+    return (a.astype(np.uint32) << 16).view(np.float32)
+
+
+class LoadedFragment:
+    """The loaded kernels + launch table + buffer plan; callable on arrays."""
+
+    def __init__(self, compiled: CompiledFragment, workspace: str | None = None) -> None:
+        self.key = compiled.key.hex
+        self.plan: FragmentPlan = compiled.plan
+        self._lock = threading.Lock()
+        self._arena: Any = None
+        if self.plan.language == "c":
+            from accy.executable.device import HostLibrary
+
+            ws = workspace or tempfile.mkdtemp(prefix="accy-load-")
+            path = os.path.join(ws, f"fragment-{self.key[:16]}-{os.getpid()}.so")
+            if not os.path.exists(path):
+                tmp = path + f".tmp{threading.get_ident()}"
+                with open(tmp, "wb") as f:
+                    f.write(compiled.binary)
+                os.replace(tmp, path)
+            self._lib: Any = HostLibrary(path)
+            self.device = "host"
+        else:
+            from accy.executable.device import CudaModule, gpu_available
+
+            if not gpu_available():
+                raise FragmentLoadError("no GPU: a CUDA fragment cannot be loaded here")
+            self._module: Any = CudaModule(compiled.binary)
+            self.device = "cuda"
+
+    # ------------------------------------------------------------------ calls
+    def _check_inputs(self, inputs: Sequence[Any]) -> None:
+        if len(inputs) != len(self.plan.args):
+            raise AccyError(f"the fragment takes {len(self.plan.args)} input(s), got "
+                            f"{len(inputs)}")
+        for i, (a, (shape, _)) in enumerate(zip(inputs, self.plan.args)):
+            if tuple(a.shape) != tuple(shape):
+                raise AccyError(f"input {i} has shape {tuple(a.shape)} but the fragment was "
+                                f"compiled for {tuple(shape)}")
+
+    def __call__(self, *inputs: Any) -> list[Any]:
+        self._check_inputs(inputs)
+        with self._lock:
+            if self.device == "host":
+                return self._run_host(inputs)
+            return self._run_cuda(inputs)
+
+    def _views(self, xp: Any, args: list[Any], arena: Any) -> tuple[dict[int, Any], list[Any]]:
+        views: dict[int, Any] = {}
+        results: list[Any] = [None] * len(self.plan.results)
+        for b in self.plan.buffers:
+            dtype = _STORAGE[b["dtype"]]
+            shape = tuple(b["shape"])
+            if b["kind"] == "arg":
+                views[b["id"]] = args[b["index"]]
+            elif b["kind"] == "result":
+                r = xp.empty(shape, dtype=dtype)
+                views[b["id"]] = r
+                results[b["index"]] = r
+            elif b["kind"] == "arena":
+                views[b["id"]] = arena[b["offset"]:b["offset"] + b["bytes"]].view(dtype) \
+                    .reshape(shape)
+            elif b["kind"] == "alias":
+                views[b["id"]] = views[b["alias_of"]].reshape(shape)
+        return views, results
+
+    def _prepare(self, xp: Any, inputs: Sequence[Any]) -> list[Any]:
+        args = []
+        for a, (_, el) in zip(inputs, self.plan.args):
+            if el == "bf16":
+                a = _to_bf16_bits(np.asarray(a) if xp is np else cupy_asnumpy(a))
+            arr = xp.ascontiguousarray(xp.asarray(a, dtype=_STORAGE[el]))
+            if xp is not np and arr.data.ptr % 16:
+                arr = arr.copy()
+            args.append(arr)
+        return args
+
+    def _finish(self, xp: Any, results: list[Any]) -> list[Any]:
+        out = []
+        for r, (_, el) in zip(results, self.plan.results):
+            out.append(_from_bf16_bits(r) if el == "bf16" else r)
+        return out
+
+    def _run_host(self, inputs: Sequence[Any]) -> list[Any]:
+        args = self._prepare(np, [np.asarray(a) for a in inputs])
+        if self._arena is None:
+            self._arena = np.empty(max(self.plan.arena_bytes, 1) + 256, dtype=np.uint8)
+            off = (-self._arena.ctypes.data) % 256
+            self._arena = self._arena[off:off + max(self.plan.arena_bytes, 1)]
+        views, results = self._views(np, args, self._arena)
+        for launch in self.plan.launches:
+            self._lib.call_with_buffers(launch["kernel"], [views[i] for i in launch["buffers"]])
+        return self._finish(np, results)
+
+    def _run_cuda(self, inputs: Sequence[Any]) -> list[Any]:
+        import cupy
+
+        on_device = all(isinstance(a, cupy.ndarray) for a in inputs)
+        args = self._prepare(cupy, inputs)
+        if self._arena is None:
+            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), dtype=cupy.uint8)
+        views, results = self._views(cupy, args, self._arena)
+        for launch in self.plan.launches:
+            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
+                                [views[i] for i in launch["buffers"]])
+        results = self._finish(cupy, results)
+        return results if on_device else [cupy.asnumpy(r) for r in results]
+
+    def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
+        """Run the launch table on device arrays already prepared (for benchmarks)."""
+        views, _ = self._views_preallocated(args, results)
+        for launch in self.plan.launches:
+            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
+                                [views[i] for i in launch["buffers"]])
+
+    def _views_preallocated(self, args: Sequence[Any], results: Sequence[Any]) \
+            -> tuple[dict[int, Any], None]:
+        import cupy
+
+        if self._arena is None:
+            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), dtype=cupy.uint8)
+        views: dict[int, Any] = {}
+        for b in self.plan.buffers:
+            if b["kind"] == "arg":
+                views[b["id"]] = args[b["index"]]
+            elif b["kind"] == "result":
+                views[b["id"]] = results[b["index"]]
+            elif b["kind"] == "arena":
+                views[b["id"]] = self._arena[b["offset"]:b["offset"] + b["bytes"]].view(
+                    _STORAGE[b["dtype"]]).reshape(tuple(b["shape"]))
+            else:
+                views[b["id"]] = views[b["alias_of"]].reshape(tuple(b["shape"]))
+        return views, None
+
+
+def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \
+        tuple[LoadedFragment, bool]:
+    """This process's loaded fragment for ``compiled`` and whether it was reused."""
+    with _LOCK:
+        hit = _REGISTRY.get(compiled.key.hex)
+        if hit is not None:
+            return hit, True
+        loaded = LoadedFragment(compiled, workspace)
+        _REGISTRY[compiled.key.hex] = loaded
+        return loaded, False
+
+
+def loaded_keys() -> list[str]:
+    """Compile keys loaded in this process."""
+    with _LOCK:
+        return list(_REGISTRY)
+
+
+def compile_and_run(sm: Any, arrays: Sequence[np.ndarray], options: Any,
+                    shapes: Mapping[int, tuple[int, ...]]) -> list[np.ndarray]:
+    """One-shot: prepare, compile, load and run (``accy run`` without --reference)."""
+    from accy.executable.compile import compile_fragment
+    from accy.preparation.stages import prepare_through
+
+    job = prepare_through(sm, "target", options, shapes).product
+    compiled = compile_fragment(job)  # type: ignore[arg-type]
+    loaded, _ = load_fragment(compiled)
+    out = loaded(*arrays)
+    return [np.asarray(o) if not hasattr(o, "get") else o.get() for o in out]

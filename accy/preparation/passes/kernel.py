@@ -1,0 +1,169 @@
+"""Kernel stage: the loop nest and thread mapping of every dispatch.
+
+For each ``dispatch.region`` a ``kernel.func`` is made (its body moves there)
+and a ``kernel.launch`` takes the region's place in the host function. The
+plan, per kind, for CUDA:
+
+- elementwise: a **grid-stride** loop, ``vector_width`` elements per
+  iteration (16-byte loads/stores when every buffer is f32 and the innermost
+  dimension divides), ``block_size`` threads, a grid capped at a few waves;
+- rows: a **block per row** (a warp per row when a row is short: at most
+  ``32 · vector_width · 8`` elements), each thread owning the same columns in
+  every phase, so inputs read at their own element are **cached in
+  registers** once (up to 32 values a thread) and reductions run as
+  warp-shuffle trees (then across warps through shared memory);
+- matmul: **tiled** through shared memory, ``tile_m × tile_n`` outputs a block,
+  ``tile_k`` deep, 4×4 outputs a thread, the epilogue applied in registers.
+
+For the host target every kernel is a plain loop nest (``mapping = "loop"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from accy.choir.attributes import (
+    DenseArrayAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolRefAttr,
+    TensorType,
+)
+from accy.choir.builtin import FuncOp
+from accy.choir.ir import Block, Operation
+from accy.choir.passes import Pass, PassContext
+from accy.dialects.dispatch import RegionOp
+from accy.dialects.kernel import KernelFuncOp, KernelYieldOp, LaunchOp
+from accy.preparation.passes.memory import IDENTITY_READERS
+
+MAX_GRID_BLOCKS = 4096
+MAX_CACHED_PER_THREAD = 32
+
+
+def _all_f32(region: RegionOp) -> bool:
+    types = [v.type for v in region.operands] + list(region.result_types)
+    return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+
+
+def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
+    """Inputs of a row region read only at their own element (cacheable in registers)."""
+    shape = tuple(region.iteration)
+    out = []
+    for i, arg in enumerate(region.body.args):
+        if tuple(arg.type.shape) != shape or not arg.uses:  # type: ignore[union-attr]
+            continue
+        if all(u.op_name in IDENTITY_READERS or u.op_name == "prim.reduce"
+               for u, _ in arg.uses):
+            out.append(i)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PlanKernels(Pass):
+    """Turn dispatch regions into planned ``kernel.func`` + ``kernel.launch`` pairs."""
+
+    name = "plan-kernels"
+    target_kind: str = "host"
+    block_size: int = 256
+    vector_width: int = 4
+    rows_per_block: int = 0
+    tile_m: int = 64
+    tile_n: int = 64
+    tile_k: int = 16
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        n = 0
+        for func in list(module.body.ops):
+            if not isinstance(func, FuncOp):
+                continue
+            for region in [op for op in func.body.ops if isinstance(op, RegionOp)]:
+                name = f"k{n}_{region.kind}"
+                n += 1
+                plan = self.plan(region)
+                kfunc = self.make_kernel(region, name, plan)
+                module.body.insert_before(func, kfunc)
+                launch = LaunchOp(region.operands, region.result_types,
+                                  {"kernel": SymbolRefAttr(name),
+                                   **{k: v for k, v in region.attributes.items()
+                                      if k.startswith("memory.")}},
+                                  loc=region.loc)
+                func.body.insert_before(region, launch)
+                for old, new in zip(region.results, launch.results):
+                    old.replace_all_uses_with(new)
+                region.erase()
+                ctx.stat(f"{plan['mapping']}-kernels")
+
+    def plan(self, region: RegionOp) -> dict[str, object]:
+        kind = region.kind
+        it = tuple(region.iteration)
+        if self.target_kind == "host":
+            return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
+                    "vector_width": 1, "shared_bytes": 0}
+        bs = self.block_size
+        if kind == "elementwise":
+            n = math.prod(it) if it else 1
+            vec = self.vector_width if (_all_f32(region) and it and it[-1] % self.vector_width
+                                        == 0) else 1
+            blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
+            return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
+                    "vector_width": vec, "shared_bytes": 0, "elements": n}
+        if kind == "rows":
+            rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
+            vec = self.vector_width if (_all_f32(region) and cols % self.vector_width == 0) else 1
+            warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
+            if warp:
+                rpb = self.rows_per_block or bs // 32
+                rpb = max(1, min(rpb, bs // 32))
+                per_row = 32
+                grid = math.ceil(rows / rpb)
+                block = (32 * rpb, 1, 1)
+                shared = 0
+            else:
+                rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
+                shared = 32 * 8
+            items = math.ceil(cols / (per_row * vec))
+            cached = _cached_inputs(region) if items * vec <= MAX_CACHED_PER_THREAD else ()
+            return {"mapping": "warp-per-row" if warp else "block-per-row", "block": block,
+                    "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
+                    "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
+                    "cached_inputs": cached}
+        # matmul
+        mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
+        out = tuple(mm.results[0].type.shape)  # type: ignore[union-attr]
+        batch = math.prod(out[:-2]) if len(out) > 2 else 1
+        m, n = out[-2], out[-1]
+        tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
+        return {"mapping": "tiled", "block": (tn // 4, tm // 4, 1),
+                "grid": (math.ceil(n / tn), math.ceil(m / tm), batch), "vector_width": 1,
+                "shared_bytes": (tm * (tk + 1) + tk * (tn + 4)) * 4,
+                "tile": (tm, tn, tk), "micro_tile": (4, 4)}
+
+    @staticmethod
+    def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:
+        attrs: dict[str, object] = {
+            "kind": StringAttr(region.kind),
+            "iteration": DenseArrayAttr(tuple(region.iteration)),
+        }
+        if region.kind == "matmul":
+            attrs["contraction"] = IntegerAttr(region.contraction)
+        for k, v in plan.items():
+            if isinstance(v, tuple):
+                attrs[k] = DenseArrayAttr(tuple(int(x) for x in v))
+            elif isinstance(v, str):
+                attrs[k] = StringAttr(v)
+            else:
+                attrs[k] = IntegerAttr(int(v))  # type: ignore[call-overload]
+        body_region = region.regions[0]
+        region.regions.clear()
+        body_region.parent = None
+        block: Block = body_region.blocks[0]
+        term = block.terminator
+        assert term is not None
+        yield_op = KernelYieldOp(term.operands, (), loc=term.loc)
+        term._drop_operands()
+        block.ops.remove(term)
+        term.parent = None
+        block.append(yield_op)
+        return KernelFuncOp(properties={"sym_name": StringAttr(name)},
+                            attributes=attrs, regions=[body_region], loc=region.loc)

@@ -1,0 +1,128 @@
+"""Target stage: check what the target supports, then emit source and a launch table.
+
+The product (a ``TargetJob``) keeps the kernel IR and adds, on the module:
+``target.target``, ``target.language`` (``cuda`` or ``c``), ``target.source``
+(one translation unit), ``target.launches`` (kernel, grid, block, shared
+bytes and buffer ids, in order), ``target.buffers`` and
+``target.arena_bytes`` (the memory plan of the entry function). The compile
+step reads nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.choir.attributes import (
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayAttr,
+    DictAttr,
+    IntegerAttr,
+    StringAttr,
+)
+from accy.choir.builtin import FuncOp, ModuleOp
+from accy.choir.ir import Operation
+from accy.choir.passes import Pass, PassContext
+from accy.dialects.kernel import KernelFuncOp, LaunchOp
+from accy.errors import VerifyError
+
+SUPPORTED = {"host": {"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"},
+             "cuda": {"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"}}
+
+
+@dataclass(frozen=True)
+class CheckTargetSupport(Pass):
+    """Every kernel's element types and launch shapes fit the target."""
+
+    name = "check-target-support"
+    preserves = frozenset({"*"})
+    target: str = "host"
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        kind = "host" if self.target == "host" else "cuda"
+        for op in module.walk():
+            for v in list(op.results) + [a for r in op.regions for b in r.blocks
+                                         for a in b.args]:
+                el = getattr(v.type, "element", None)
+                if el is not None and el.name not in SUPPORTED[kind]:
+                    raise VerifyError(f"element type {el} is not supported on {self.target}",
+                                      op.loc)
+            if isinstance(op, KernelFuncOp):
+                block = op.ints_attr("block")
+                if kind == "cuda" and block[0] * block[1] * block[2] > 1024:
+                    raise VerifyError(f"kernel '{op.sym_name}' needs more than 1024 threads",
+                                      op.loc)
+                ctx.stat("kernels")
+
+
+@dataclass(frozen=True)
+class EmitSource(Pass):
+    """Emit the translation unit and the launch table for the target."""
+
+    name = "emit-source"
+    target: str = "host"
+    fast_math: bool = False
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        assert isinstance(module, ModuleOp)
+        kernels = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
+        if self.target == "host":
+            from accy.target import host
+
+            source = host.emit_kernels(kernels)
+            language = "c"
+        else:
+            from accy.target import cuda
+
+            source = cuda.emit_kernels(kernels, self.fast_math)
+            language = "cuda"
+        kmap = {k.sym_name: k for k in kernels}
+        entry = module.entry()
+        launches = []
+        for op in entry.body.ops:
+            if not isinstance(op, LaunchOp):
+                continue
+            k = kmap[op.kernel]
+            ins = op.attr("memory.inputs")
+            outs = op.attr("memory.outputs")
+            assert isinstance(ins, DenseArrayAttr) and isinstance(outs, DenseArrayAttr)
+            launches.append(DictAttr((
+                ("kernel", StringAttr(k.sym_name)),
+                ("grid", DenseArrayAttr(k.ints_attr("grid"))),
+                ("block", DenseArrayAttr(k.ints_attr("block"))),
+                ("shared_bytes", IntegerAttr(k.int_attr("shared_bytes"))),
+                ("buffers", DenseArrayAttr(ins.values + outs.values)),
+            )))
+        module.attributes["target.target"] = StringAttr(self.target)
+        module.attributes["target.language"] = StringAttr(language)
+        module.attributes["target.fast_math"] = BoolAttr(self.fast_math)
+        module.attributes["target.source"] = StringAttr(source)
+        module.attributes["target.launches"] = ArrayAttr(tuple(launches))
+        module.attributes["target.buffers"] = entry.attr("memory.buffers") or ArrayAttr(())
+        module.attributes["target.arena_bytes"] = entry.attr("memory.arena_bytes") or \
+            IntegerAttr(0)
+        module.attributes["target.entry"] = StringAttr(entry.sym_name)
+        ctx.stat("source-bytes", len(source))
+        ctx.stat("launches", len(launches))
+
+
+def launch_table_comment(module: ModuleOp) -> str:
+    """The launch table as C comments (for ``accy emit``)."""
+    from accy.choir.printer import print_attribute
+
+    lines = ["// launch table (in order; buffers are ids in the buffer plan):"]
+    launches = module.attributes.get("target.launches")
+    if isinstance(launches, ArrayAttr):
+        for entry in launches.values:
+            lines.append("//   " + print_attribute(entry))
+    lines.append("// buffer plan (arena bytes: "
+                 f"{print_attribute(module.attributes.get('target.arena_bytes', IntegerAttr(0)))}"
+                 "):")
+    buffers = module.attributes.get("target.buffers")
+    if isinstance(buffers, ArrayAttr):
+        for b in buffers.values:
+            lines.append("//   " + print_attribute(b))
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CheckTargetSupport", "EmitSource", "launch_table_comment", "FuncOp"]

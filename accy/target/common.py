@@ -1,0 +1,411 @@
+"""What the CUDA and host emitters share: types, scalar math, index maps, expressions.
+
+A kernel body is ``prim`` ops over the kernel's inputs. :class:`ExprBuilder`
+turns the value a kernel writes into C statements *at an index*: an
+elementwise op is its operands' expressions combined; ``prim.broadcast`` and
+``prim.transpose`` remap the index (so they cost no memory traffic); an input
+is a load at the row-major offset of the index; a constant is a literal or a
+static table; a reduction or a matmul result is a name the kernel bound
+earlier (a row statistic, an accumulator). Index components may carry the
+lane placeholder ``@L`` (vectorized kernels emit one scalar expression per
+lane, and loads along a unit stride become one vector load).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from accy.choir.attributes import DenseArrayAttr, DenseElementsAttr, StringAttr, TensorType
+from accy.choir.ir import BlockArgument, Operation, OpResult, Value
+from accy.errors import AccyError
+
+LANE = "@L"
+
+STORAGE = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short", "f64": "double",
+           "i1": "unsigned char", "i8": "signed char", "i16": "short", "i32": "int",
+           "i64": "long long", "index": "long long"}
+COMPUTE = {"f32": "float", "f16": "float", "bf16": "float", "f64": "double", "i1": "int",
+           "i8": "int", "i16": "int", "i32": "int", "i64": "long long", "index": "long long"}
+
+UNARY_F = {"neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})",
+           "sqrt": "sqrt{f}({0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
+           "sin": "sin{f}({0})", "cos": "cos{f}({0})", "floor": "floor{f}({0})",
+           "relu": "fmax{f}({0}, {zero})", "reciprocal": "({one} / {0})",
+           "sigmoid": "({one} / ({one} + exp{f}(-{0})))", "rsqrt": "({one} / sqrt{f}({0}))"}
+BINARY_F = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+            "div": "({0} / {1})", "max": "fmax{f}({0}, {1})", "min": "fmin{f}({0}, {1})",
+            "pow": "pow{f}({0}, {1})"}
+BINARY_I = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+            "div": "accy_idiv_{t}({0}, {1})", "max": "(({0}) > ({1}) ? ({0}) : ({1}))",
+            "min": "(({0}) < ({1}) ? ({0}) : ({1}))", "pow": "accy_ipow_{t}({0}, {1})"}
+UNARY_I = {"neg": "(-{0})", "abs": "(({0}) < 0 ? -({0}) : ({0}))",
+           "relu": "(({0}) > 0 ? ({0}) : 0)"}
+CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+REDUCE_INIT = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
+REDUCE_INIT_I = {"sum": "0", "max": "{lo}", "min": "{hi}"}
+
+PRELUDE_C = r"""
+static inline float accy_h2f(unsigned short h) {
+  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, b;
+  if (e == 0) {
+    if (m == 0) { b = s; } else {
+      e = 113; while (!(m & 0x400u)) { m <<= 1; e--; } m &= 0x3ffu;
+      b = s | (e << 23) | (m << 13);
+    }
+  } else if (e == 31) { b = s | 0x7f800000u | (m << 13); }
+  else { b = s | ((e + 112) << 23) | (m << 13); }
+  float f; memcpy(&f, &b, 4); return f;
+}
+static inline unsigned short accy_f2h(float f) {
+  unsigned int x; memcpy(&x, &f, 4);
+  unsigned int s = (x >> 16) & 0x8000u; int e = (int)((x >> 23) & 0xffu) - 127 + 15;
+  unsigned int m = x & 0x7fffffu;
+  if (((x >> 23) & 0xffu) == 0xffu) return (unsigned short)(s | 0x7c00u | (m ? 0x200u : 0));
+  if (e >= 31) return (unsigned short)(s | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (unsigned short)s;
+    m |= 0x800000u; unsigned int shift = (unsigned int)(14 - e);
+    unsigned int half = m >> shift, rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) half++;
+    return (unsigned short)(s | half);
+  }
+  unsigned int half = s | ((unsigned int)e << 10) | (m >> 13), rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
+  return (unsigned short)half;
+}
+static inline float accy_bf2f(unsigned short h) {
+  unsigned int b = (unsigned int)h << 16; float f; memcpy(&f, &b, 4); return f;
+}
+static inline unsigned short accy_f2bf(float f) {
+  unsigned int x; memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16);
+}
+static inline int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
+static inline long long accy_idiv_ll(long long a, long long b) { return b == 0 ? 0 : a / b; }
+static inline int accy_ipow_int(int a, int b) {
+  if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  int r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
+static inline long long accy_ipow_ll(long long a, long long b) {
+  if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
+"""
+
+
+def shape_of(v: Value) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType) and t.is_static
+    return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+
+
+def elem_of(v: Value) -> str:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t.element.name
+
+
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    st = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        st[i] = st[i + 1] * shape[i + 1]
+    return tuple(st)
+
+
+def c_float(x: float, ctype: str) -> str:
+    """A C literal of ``ctype`` for ``x`` (exact: hex float for finite values)."""
+    if math.isnan(x):
+        return "NAN" if ctype == "float" else "((double)NAN)"
+    if math.isinf(x):
+        return ("INFINITY" if x > 0 else "-INFINITY") if ctype == "float" else \
+            ("((double)INFINITY)" if x > 0 else "(-(double)INFINITY)")
+    if ctype == "float":
+        x = struct.unpack("<f", struct.pack("<f", x))[0]
+        return f"{x.hex()}f" if x != int(x) or abs(x) > 1e7 else f"{float(x)!r}f"
+    return x.hex() if x != int(x) or abs(x) > 1e15 else repr(float(x))
+
+
+def literal(value: object, el: str) -> str:
+    ct = COMPUTE[el]
+    if el in ("f32", "f16", "bf16"):
+        return c_float(float(value), "float")  # type: ignore[arg-type]
+    if el == "f64":
+        return c_float(float(value), "double")  # type: ignore[arg-type]
+    if el == "i1":
+        return "1" if value else "0"
+    v = int(value)  # type: ignore[call-overload]
+    return f"{v}LL" if ct == "long long" else str(v)
+
+
+def load_convert(raw: str, el: str) -> str:
+    if el == "f16":
+        return f"accy_h2f({raw})"
+    if el == "bf16":
+        return f"accy_bf2f({raw})"
+    if el == "i1":
+        return f"((int)({raw} != 0))"
+    return raw
+
+
+def store_convert(val: str, el: str) -> str:
+    if el == "f16":
+        return f"accy_f2h({val})"
+    if el == "bf16":
+        return f"accy_f2bf({val})"
+    if el == "i1":
+        return f"(unsigned char)(({val}) != 0)"
+    return f"({STORAGE[el]})({val})"
+
+
+def round_compute(val: str, el: str) -> str:
+    """Round a computed float to its element type (f16/bf16 store precision)."""
+    if el == "f16":
+        return f"accy_h2f(accy_f2h({val}))"
+    if el == "bf16":
+        return f"accy_bf2f(accy_f2bf({val}))"
+    return val
+
+
+@dataclass
+class Scope:
+    """Statements of one loop body and the values already computed in it."""
+
+    lines: list[str]
+    memo: dict[tuple[object, ...], str] = field(default_factory=dict)
+    parent: Scope | None = None
+
+    def find(self, key: tuple[object, ...]) -> str | None:
+        s: Scope | None = self
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+
+class ExprBuilder:
+    """Emit a kernel body's values as C expressions at an index.
+
+    Parameters
+    ----------
+    inputs
+        C pointer names of the kernel's inputs (block arguments), in order.
+    load_hook
+        Called as ``load_hook(arg_index, idx, lane)`` before a default load;
+        may return a C expression (a cached register, a vector lane) or None.
+    cuda
+        Emit CUDA spellings (``__restrict__``, ``rsqrtf``…).
+    """
+
+    def __init__(self, inputs: list[str], *, cuda: bool, wide: bool = True,
+                 load_hook: Callable[[int, tuple[str, ...], int], str | None] | None = None,
+                 fast_math: bool = False, prefix: str = "accy") -> None:
+        self.inputs = inputs
+        self.prefix = prefix
+        self.cuda = cuda
+        self.wide = wide
+        self.load_hook = load_hook
+        self.fast_math = fast_math
+        self.bound: dict[Value, str] = {}
+        """Values the kernel computed itself (row statistics, accumulators)."""
+        self.tables: list[str] = []
+        """File-scope constant tables."""
+        self.table_of: dict[int, str] = {}
+        self.counter = 0
+
+    def fresh(self, prefix: str = "t") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    # ------------------------------------------------------------ index maps
+    @staticmethod
+    def operand_index(op: Operation, idx: tuple[str, ...]) -> tuple[str, ...]:
+        """The index of ``op``'s operand read for result index ``idx``."""
+        src = shape_of(op.operands[0])
+        if op.op_name == "prim.broadcast":
+            dims = op.attr("dims")
+            assert isinstance(dims, DenseArrayAttr)
+            return tuple("0" if src[i] == 1 else idx[d] for i, d in enumerate(dims.values))
+        if op.op_name == "prim.transpose":
+            perm = op.attr("permutation")
+            assert isinstance(perm, DenseArrayAttr)
+            out = [""] * len(src)
+            for j, p in enumerate(perm.values):
+                out[p] = idx[j]
+            return tuple(out)
+        raise AssertionError(op.op_name)
+
+    def offset(self, shape: tuple[int, ...], idx: tuple[str, ...], lane: int) -> str:
+        terms = []
+        for st, ix, n in zip(strides_of(shape), idx, shape):
+            if n == 1 or ix == "0":
+                continue
+            ix = ix.replace(LANE, str(lane))
+            terms.append(ix if st == 1 else f"({ix})*{st}")
+        return " + ".join(terms) or "0"
+
+    # ----------------------------------------------------------- expressions
+    def expr(self, v: Value, idx: tuple[str, ...], scope: Scope, lane: int = 0) -> str:
+        """A C expression (usually a temporary's name) for ``v`` at ``idx``."""
+        if v in self.bound:
+            return self.bound[v]
+        laned = any(LANE in i for i in idx)
+        key = (id(v), idx, lane if laned else -1)
+        found = scope.find(key)
+        if found is not None:
+            return found
+        el = elem_of(v)
+        ct = COMPUTE[el]
+        if isinstance(v, BlockArgument):
+            text = None
+            if self.load_hook is not None:
+                text = self.load_hook(v.index, idx, lane)
+            if text is None:
+                off = self.offset(shape_of(v), idx, lane)
+                raw = f"{self.inputs[v.index]}[{off}]"
+                if self.cuda and el in ("f32", "f64", "i32", "i64"):
+                    raw = f"__ldg(&{raw})"
+                text = load_convert(raw, el)
+        else:
+            assert isinstance(v, OpResult)
+            text = self.op_expr(v.op, idx, scope, lane)
+        if text.isidentifier() or _is_literal(text) or _is_lane(text):
+            scope.memo[key] = text
+            return text
+        name = self.fresh()
+        scope.lines.append(f"{ct} {name} = {text};")
+        scope.memo[key] = name
+        return name
+
+    def op_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        name = op.op_name.split(".", 1)[1]
+        el = elem_of(op.results[0])
+        if name in ("broadcast", "transpose"):
+            return self.expr(op.operands[0], self.operand_index(op, idx), scope, lane)
+        if name == "constant":
+            return self.constant(op, idx, lane)
+        if name in ("reduce", "matmul"):
+            raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
+        args = [self.expr(o, idx, scope, lane) for o in op.operands]
+        if name == "cmp":
+            pred = op.attr("predicate")
+            assert isinstance(pred, StringAttr)
+            return f"((int)({args[0]} {CMP[pred.value]} {args[1]}))"
+        if name == "select":
+            return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
+        if name == "cast":
+            src = elem_of(op.operands[0])
+            return self.cast(args[0], src, el)
+        in_el = elem_of(op.operands[0])
+        if in_el in ("f32", "f16", "bf16", "f64"):
+            f = "f" if in_el != "f64" else ""
+            one = "1.0f" if f else "1.0"
+            zero = "0.0f" if f else "0.0"
+            table = UNARY_F if len(args) == 1 else BINARY_F
+            if name not in table:
+                raise AccyError(f"no {('unary' if len(args) == 1 else 'binary')} '{name}' "
+                                f"for floats")
+            if self.cuda and name == "rsqrt":
+                text = f"rsqrt{f}({args[0]})"
+            elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
+                text = f"__{name}f({args[0]})"
+            else:
+                text = table[name].format(*args, f=f, one=one, zero=zero)
+            return round_compute(text, el)
+        t = "ll" if COMPUTE[in_el] == "long long" else "int"
+        table = UNARY_I if len(args) == 1 else BINARY_I
+        if name not in table:
+            raise AccyError(f"'{op.op_name}' is not defined on integers")
+        text = table[name].format(*args, t=t)
+        if el == "i1":
+            text = f"((int)(({text}) != 0))"
+        return text
+
+    def cast(self, x: str, src: str, dst: str) -> str:
+        if src == dst:
+            return x
+        if dst == "i1":
+            return f"((int)(({x}) != 0))"
+        ct = COMPUTE[dst]
+        if dst in ("f16", "bf16"):
+            return round_compute(f"(float)({x})", dst)
+        if src in ("f32", "f16", "bf16", "f64") and dst not in ("f32", "f64"):
+            # float -> int: truncate, saturating, NaN -> 0 (the reference's rule)
+            lo, hi = _int_range(dst)
+            return (f"(({x}) != ({x}) ? ({ct})0 : (({x}) <= (double){lo} ? ({ct}){lo} : "
+                    f"(({x}) >= (double){hi} ? ({ct}){hi} : ({ct})({x}))))")
+        return f"({ct})({x})"
+
+    def constant(self, op: Operation, idx: tuple[str, ...], lane: int) -> str:
+        value = op.attr("value")
+        assert isinstance(value, DenseElementsAttr)
+        el = value.type.element.name
+        if value.splat or value.type.num_elements == 1:
+            return literal(value.values[0], el)
+        key = id(op)
+        if key not in self.table_of:
+            name = f"{self.prefix}_const{len(self.table_of)}"
+            vals = ", ".join(literal(v, el) for v in value.values)
+            qual = "__device__ const" if self.cuda else "static const"
+            self.tables.append(f"{qual} {COMPUTE[el]} {name}[{len(value.values)}] = {{{vals}}};")
+            self.table_of[key] = name
+        return f"{self.table_of[key]}[{self.offset(shape_of(op.results[0]), idx, lane)}]"
+
+
+def _is_literal(text: str) -> bool:
+    t = text.strip("()")
+    try:
+        if t.lstrip("-").startswith("0x"):
+            float.fromhex(t.rstrip("f"))
+        else:
+            float(t.rstrip("fL").replace("LL", ""))
+        return True
+    except ValueError:
+        return t in ("INFINITY", "-INFINITY", "NAN")
+
+
+def _is_lane(text: str) -> bool:
+    """A register or vector lane (``v3.x``, ``reg0[j].y``): no temporary needed."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z_]\w*(\[j\])?(\.[xyzw])?", text) is not None
+
+
+def _int_range(el: str) -> tuple[str, str]:
+    return {"i8": ("-128", "127"), "i16": ("-32768", "32767"),
+            "i32": ("-2147483648", "2147483647"),
+            "i64": ("-9223372036854775807LL", "9223372036854775807LL"),
+            "index": ("-9223372036854775807LL", "9223372036854775807LL")}[el]
+
+
+@dataclass
+class KernelSource:
+    """One kernel's emitted text and its launch facts."""
+
+    name: str
+    text: str
+    params: list[str]
+
+
+def decompose(linear: str, shape: tuple[int, ...], prefix: str, ct: str = "long long") \
+        -> tuple[list[str], tuple[str, ...]]:
+    """Statements that split a row-major ``linear`` index over ``shape``; and the names."""
+    lines: list[str] = []
+    names: list[str] = []
+    rest = linear
+    for d in range(len(shape) - 1, -1, -1):
+        n = f"{prefix}{d}"
+        names.append(n)
+        if d == 0:
+            lines.append(f"const {ct} {n} = {rest};")
+        else:
+            lines.append(f"const {ct} {n} = ({rest}) % {shape[d]};")
+            if d > 0:
+                nxt = f"{prefix}q{d}"
+                lines.append(f"const {ct} {nxt} = ({rest}) / {shape[d]};")
+                rest = nxt
+    return lines, tuple(reversed(names))
