@@ -174,8 +174,7 @@ class PlanBuffers(Pass):
             b = Buffer(len(buffers), "arg", a.type, index=i)  # type: ignore[arg-type]
             buffers.append(b)
             buf_of[a] = b
-        # liveness: the last op index that reads each buffer (through aliases)
-        for idx, op in enumerate(ops):
+        for op in ops:
             for r in op.results:
                 if op.op_name == "prim.reshape":
                     continue
@@ -189,6 +188,7 @@ class PlanBuffers(Pass):
                            alias_of=src.id)
                 buffers.append(b)
                 buf_of[op.results[0]] = b
+        # liveness: the last op index that reads each buffer (through aliases)
         for idx, op in enumerate(ops):
             for v in op.operands:
                 rb = root(buf_of[v])
