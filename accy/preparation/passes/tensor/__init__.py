@@ -1,0 +1,18 @@
+"""Tensor stage passes, semantic → prim, in pipeline order.
+
+1. :class:`RequireStaticShapes` — compiling needs every ``?`` bound;
+2. :class:`DecomposeComposites` — softmax, layernorm, rmsnorm, gelu and
+   reduce_mean become primitive semantic ops;
+3. :class:`InnermostReductions` — every reduction runs over the last axis
+   with keepdims (transposes and reshapes around it);
+4. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops.
+"""
+
+from __future__ import annotations
+
+from accy.preparation.passes.tensor.decompose_composites import DecomposeComposites
+from accy.preparation.passes.tensor.innermost_reductions import InnermostReductions
+from accy.preparation.passes.tensor.lower_to_prim import LowerToPrim
+from accy.preparation.passes.tensor.require_static_shapes import RequireStaticShapes
+
+__all__ = ["DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes"]

@@ -1,0 +1,197 @@
+"""``decompose-composites``: composite semantic ops become primitive semantic ops.
+
+- ``softmax`` (stable): ``e = exp(x - max(x)); e / sum(e)``, over the last
+  axis; another axis is transposed last and back;
+- ``layernorm``: ``c = x - mean(x); c · rsqrt(mean(c²) + eps) · gamma + beta``;
+  normalizing over ``axis`` … last with ``axis`` not last reshapes ``x`` to
+  ``[prod(outer), prod(inner)]`` and ``gamma``/``beta`` to ``[prod(inner)]``
+  first, and the result back;
+- ``rmsnorm``: ``x · rsqrt(mean(x²) + eps) · gamma`` (reshaped the same way);
+- ``gelu``: ``0.5·x·(1 + erf(x/√2))``, or
+  ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``;
+- ``reduce_mean``: ``reduce_sum × (1/count)``.
+
+Reductions keep their dims and broadcasting does the rest; scalar constants
+are rank-0 splats of the operand's element type. The output is still the
+semantic dialect (so the reference interpreter checks it).
+
+Example
+-------
+>>> from accy.choir.parser import parse_module
+>>> from accy.choir.passes import PassManager
+>>> m = parse_module('''"builtin.module"() ({
+...   "func.func"() <{function_type = (tensor<2x8xf32>) -> tensor<2x8xf32>, sym_name = "main"}> ({
+...   ^bb0(%x: tensor<2x8xf32>):
+...     %0 = "semantic.softmax"(%x) {axis = -1 : i64} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+...     "func.return"(%0) : (tensor<2x8xf32>) -> ()
+...   }) : () -> ()
+... }) : () -> ()''')
+>>> _ = PassManager("tensor", (DecomposeComposites(),)).run(m)
+>>> [op.op_name.split(".")[1] for op in m.entry().body.ops]
+['reduce_max', 'sub', 'exp', 'reduce_sum', 'div', 'return']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
+from accy.choir.ir import Operation, Value
+from accy.choir.passes import Pass, PassContext
+from accy.dialects.semantic import NormOp, ReduceOp, SemanticOp, SoftmaxOp
+from accy.errors import VerifyError
+from accy.preparation.passes.rewrite import Builder, blocks, replace_op
+
+
+def _type(v: Value) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
+    return t
+
+
+def _static_dims(op: Operation, t: TensorType, axes: Sequence[int]) -> tuple[int, ...]:
+    dims = tuple(t.shape[a] for a in axes)
+    if any(d is None for d in dims):
+        raise VerifyError(f"'{op.op_name}' needs static dims to decompose, got {t} (bind the "
+                          f"arguments' shapes with --shape)", op.loc)
+    return dims  # type: ignore[return-value]
+
+
+def _reduce(b: Builder, kind: str, x: Value, axes: Sequence[int], keepdims: bool = True) \
+        -> Value:
+    return b.op(f"semantic.reduce_{kind}", [x], attributes={
+        "axes": DenseArrayAttr(tuple(axes)), "keepdims": BoolAttr(keepdims)})
+
+
+def _mean(b: Builder, x: Value, axes: Sequence[int], keepdims: bool = True) -> Value:
+    t = _type(x)
+    count = math.prod(_static_dims(b.anchor, t, axes))
+    total = _reduce(b, "sum", x, axes, keepdims)
+    return b.op("semantic.mul", [total, b.constant(1.0 / count if count else math.inf,
+                                                   t.element)])
+
+
+def _inverse(perm: Sequence[int]) -> tuple[int, ...]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+# ------------------------------------------------------------------------ softmax
+
+
+def _softmax_last(b: Builder, x: Value) -> Value:
+    last = _type(x).rank - 1
+    shifted = b.op("semantic.sub", [x, _reduce(b, "max", x, [last])])
+    e = b.op("semantic.exp", [shifted])
+    return b.op("semantic.div", [e, _reduce(b, "sum", e, [last])])
+
+
+def softmax(b: Builder, op: Operation) -> Value:
+    assert isinstance(op, SoftmaxOp)
+    x = op.operands[0]
+    rank = _type(x).rank
+    axis = op.axis_attr(rank)
+    if axis == rank - 1:
+        return _softmax_last(b, x)
+    # make the normalized axis innermost, so both reductions are innermost
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    y = _softmax_last(b, b.transpose(x, perm))
+    return b.transpose(y, _inverse(perm))
+
+
+# -------------------------------------------------------------------------- norms
+
+
+def _normalize(b: Builder, op: NormOp, last_axis_form: Callable[..., Value]) -> Value:
+    """Run ``last_axis_form(b, x, *params, eps)`` over ``axis`` … last, reshaping if needed."""
+    x, *params = op.operands
+    t = _type(x)
+    axis = op.axis_attr(t.rank)
+    eps = b.constant(op.float_attr("epsilon", 1e-5), t.element)
+    if axis == t.rank - 1:
+        return last_axis_form(b, x, *params, eps)
+    inner = math.prod(_static_dims(op, t, range(axis, t.rank)))
+    outer = math.prod(_static_dims(op, t, range(axis)))
+    rows = b.reshape(x, (outer, inner))
+    flat = [b.reshape(p, (inner,)) for p in params]
+    y = last_axis_form(b, rows, *flat, eps)
+    return b.reshape(y, _static_dims(op, t, range(t.rank)))
+
+
+def _layernorm_last(b: Builder, x: Value, gamma: Value, beta: Value, eps: Value) -> Value:
+    last = _type(x).rank - 1
+    centered = b.op("semantic.sub", [x, _mean(b, x, [last])])
+    var = _mean(b, b.op("semantic.mul", [centered, centered]), [last])
+    inv_std = b.op("semantic.rsqrt", [b.op("semantic.add", [var, eps])])
+    normed = b.op("semantic.mul", [centered, inv_std])
+    return b.op("semantic.add", [b.op("semantic.mul", [normed, gamma]), beta])
+
+
+def _rmsnorm_last(b: Builder, x: Value, gamma: Value, eps: Value) -> Value:
+    last = _type(x).rank - 1
+    mean_sq = _mean(b, b.op("semantic.mul", [x, x]), [last])
+    inv_rms = b.op("semantic.rsqrt", [b.op("semantic.add", [mean_sq, eps])])
+    return b.op("semantic.mul", [b.op("semantic.mul", [x, inv_rms]), gamma])
+
+
+def layernorm(b: Builder, op: Operation) -> Value:
+    assert isinstance(op, NormOp)
+    return _normalize(b, op, _layernorm_last)
+
+
+def rmsnorm(b: Builder, op: Operation) -> Value:
+    assert isinstance(op, NormOp)
+    return _normalize(b, op, _rmsnorm_last)
+
+
+# ----------------------------------------------------------------- gelu, mean
+
+
+def gelu(b: Builder, op: Operation) -> Value:
+    assert isinstance(op, SemanticOp)
+    x = op.operands[0]
+    el = _type(x).element
+    if op.str_attr("approximate", ("none", "tanh"), default="none") == "tanh":
+        cube = b.op("semantic.mul", [b.op("semantic.mul", [x, x]), x])
+        inner = b.op("semantic.add", [x, b.op("semantic.mul", [cube, b.constant(0.044715, el)])])
+        scaled = b.op("semantic.mul", [inner, b.constant(math.sqrt(2.0 / math.pi), el)])
+        squash = b.op("semantic.tanh", [scaled])
+    else:
+        squash = b.op("semantic.erf", [b.op("semantic.mul", [x, b.constant(math.sqrt(0.5), el)])])
+    one_plus = b.op("semantic.add", [squash, b.constant(1.0, el)])
+    return b.op("semantic.mul", [b.op("semantic.mul", [x, b.constant(0.5, el)]), one_plus])
+
+
+def reduce_mean(b: Builder, op: Operation) -> Value:
+    assert isinstance(op, ReduceOp)
+    axes, keepdims = op.reduced()
+    return _mean(b, op.operands[0], axes, keepdims)
+
+
+DECOMPOSITIONS: dict[str, Callable[[Builder, Operation], Value]] = {
+    "semantic.softmax": softmax,
+    "semantic.layernorm": layernorm,
+    "semantic.rmsnorm": rmsnorm,
+    "semantic.gelu": gelu,
+    "semantic.reduce_mean": reduce_mean,
+}
+
+
+@dataclass(frozen=True)
+class DecomposeComposites(Pass):
+    """Replace every composite op by its :data:`DECOMPOSITIONS` entry."""
+
+    name = "decompose-composites"
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        for block in blocks(module):
+            for op in list(block.ops):
+                decompose = DECOMPOSITIONS.get(op.op_name)
+                if decompose is None:
+                    continue
+                replace_op(op, decompose(Builder(op), op))
+                ctx.stat(op.op_name.removeprefix("semantic."))
