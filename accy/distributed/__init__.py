@@ -1,0 +1,137 @@
+"""accy on Dask: serializers, the artifact store, sweeps and the cache-state plugin.
+
+Importing this package registers the msgpack serializers of every stage
+product with Dask (so a client that imports it can gather products), and
+nothing heavier: the submodules load on first use.
+
+- :mod:`.serialize` — products (and other accy types) travel as msgpack frames.
+- :mod:`.store` — :class:`ArtifactStore`, the persistent content-addressed tier.
+- :mod:`.sweep` — :func:`load_sweep`, :class:`Variant`: what a batch compiles.
+- :mod:`.plugin` — :class:`AccyCachePlugin`, the scheduler's versioned cache state.
+- :mod:`.state` — :func:`fetch_state`, :func:`publish_with_merge`: its client side.
+
+A cluster loads accy with Dask's own preload mechanism::
+
+    dask scheduler --preload accy.distributed
+    dask worker tcp://scheduler:8786 --preload accy.distributed
+
+and a local cluster takes :func:`local_cluster_kwargs`.
+
+Example
+-------
+>>> from distributed import Client, LocalCluster
+>>> with LocalCluster(processes=False, n_workers=1, dashboard_address=":0",
+...                   **local_cluster_kwargs()) as cluster, Client(cluster) as client:
+...     ensure_plugin(client)["version"]
+0
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from accy.distributed import serialize
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from accy.distributed.plugin import AccyCachePlugin, get_plugin
+    from accy.distributed.state import fetch_state, publish, publish_with_merge, touch, unpin
+    from accy.distributed.store import ArtifactStore, default_store_url
+    from accy.distributed.sweep import Variant, load_sweep, load_sweeps
+
+serialize.register()
+
+PRELOAD = "accy.distributed"
+
+_LAZY = {
+    "ArtifactStore": "store", "default_store_url": "store",
+    "Variant": "sweep", "load_sweep": "sweep", "load_sweeps": "sweep",
+    "AccyCachePlugin": "plugin", "get_plugin": "plugin",
+    "fetch_state": "state", "publish": "state", "publish_with_merge": "state",
+    "touch": "state", "unpin": "state",
+}
+_SUBMODULES = ("serialize", "store", "sweep", "plugin", "state")
+
+__all__ = [
+    "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
+    "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
+    "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
+    "touch", "unpin",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"accy.distributed.{_LAZY[name]}"), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"accy.distributed.{name}")
+    raise AttributeError(f"module 'accy.distributed' has no attribute {name!r}")
+
+
+def dask_setup(dask_server: Any) -> None:
+    """Dask preload hook: the cache plugin on a scheduler, the serializers on a worker.
+
+    Idempotent: preloading twice (or into a scheduler that already has the
+    plugin) changes nothing.
+    """
+    from distributed import Scheduler
+
+    serialize.register()
+    if isinstance(dask_server, Scheduler):
+        from accy.distributed.plugin import PLUGIN_NAME, AccyCachePlugin
+
+        # Preloads run before the scheduler starts its plugins, so start() runs
+        # once, from Scheduler.start, and installs the handlers.
+        if PLUGIN_NAME not in dask_server.plugins:
+            dask_server.add_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
+
+
+def local_cluster_kwargs() -> dict[str, Any]:
+    """Keyword arguments that make a ``LocalCluster`` preload accy everywhere.
+
+    Example
+    -------
+    >>> local_cluster_kwargs()["scheduler_kwargs"]
+    {'preload': ['accy.distributed']}
+    """
+    return {"scheduler_kwargs": {"preload": [PRELOAD]}, "preload": [PRELOAD]}
+
+
+def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:
+    """Make sure the cluster runs accy: the cache plugin and the worker serializers.
+
+    A cluster started with ``--preload accy.distributed`` (or
+    :func:`local_cluster_kwargs`) already does, and this only checks. Otherwise
+    it registers :class:`AccyCachePlugin` from the client and waits until the
+    scheduler answers ``accy_state``, and registers a worker plugin that loads
+    the serializers on every worker, present and future. Returns the state's
+    ``{"version"}``.
+    """
+    from accy.distributed.plugin import METADATA_KEY, PLUGIN_NAME, AccyCachePlugin
+
+    # The plugin announces itself in the scheduler's metadata when it starts
+    # (asking an absent handler gets None back and a warning in the log).
+    if client.get_metadata([METADATA_KEY], default=None) is None:
+        client.register_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
+        client.register_plugin(SerializersPlugin())
+        deadline = time.monotonic() + timeout
+        while client.get_metadata([METADATA_KEY], default=None) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {PLUGIN_NAME} plugin did not start within {timeout} s")
+            time.sleep(0.05)
+    return client.sync(client.scheduler.accy_state, full=False)
+
+
+class SerializersPlugin(WorkerPlugin):
+    """Worker plugin: registers accy's serializers on each worker it reaches."""
+
+    name = "accy-serializers"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        serialize.register()

@@ -1,0 +1,262 @@
+"""The ``accy-cache`` scheduler plugin: the versioned cache state.
+
+The scheduler holds one cache state for the whole cluster:
+
+- ``version`` — bumped by one on every successful publish;
+- ``entries`` — stage key (hex) → a small JSON-able record (stage, Dask task
+  key, product fingerprint, plan fingerprint, elapsed ns, ``stored``, and the
+  plugin's own ``pinned`` and ``version`` fields);
+- ``variants`` — variant id → the receipts / stage keys of its last successful
+  refresh and its fragment descriptor.
+
+A refresh publishes with compare-and-swap through the ``accy_publish``
+handler, which is synchronous (no ``await``), so nothing else runs on the
+scheduler between the version check and the update: of two publishes from the
+same version exactly one wins. The winner's task keys are *pinned*: the
+plugin desires them as the pseudo-client ``"accy-cache"``, so their results
+stay in worker memory after the refreshing client lets go. At most
+``max_pinned`` keys are pinned; past that the least recently published or
+touched are released (their entries stay, marked ``pinned: False``: the
+artifact store keeps the data).
+
+Handlers (call them with ``client.scheduler.accy_state()`` etc., or through
+:mod:`accy.distributed.state`):
+
+``accy_state(full=True)``
+    ``{"version", "entries", "variants"}`` (just ``{"version"}`` with ``full=False``).
+``accy_publish(expected_version, entries, variants, keys)``
+    ``{"ok": True, "version": new, "pinned": [...]}`` or
+    ``{"ok": False, "version": current}``.
+``accy_touch(keys)``
+    Mark pinned keys recently used.
+``accy_unpin(keys=None)``
+    Release pinned keys (all when None), e.g. before a local cluster closes.
+
+Example
+-------
+>>> plugin = AccyCachePlugin(max_pinned=10)
+>>> plugin.name, plugin.version
+('accy-cache', 0)
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import OrderedDict
+from time import time
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
+
+logger = logging.getLogger("accy.distributed")
+
+PLUGIN_NAME = "accy-cache"
+PINNING_CLIENT = "accy-cache"
+HANDLERS = ("accy_state", "accy_publish", "accy_touch", "accy_unpin")
+METADATA_KEY = "accy-cache"
+"""Scheduler metadata key the plugin sets once its handlers are installed."""
+DEFAULT_MAX_PINNED = 1000
+
+
+def to_dask_key(key: Any) -> Any:
+    """A task key as the scheduler spells it: lists (as msgpack sends tuples) become tuples.
+
+    Example
+    -------
+    >>> to_dask_key(["accy_contract", "ab12"])
+    ('accy_contract', 'ab12')
+    """
+    if isinstance(key, (list, tuple)):
+        return tuple(to_dask_key(k) for k in key)
+    return key
+
+
+def to_wire_key(key: Any) -> Any:
+    """A task key in its JSON-able form (tuples become lists)."""
+    if isinstance(key, (list, tuple)):
+        return [to_wire_key(k) for k in key]
+    return key
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every tuple turned into a list, recursively.
+
+    Dask's comms decode msgpack arrays as tuples, so what arrives at a
+    handler (and what a client gets back) has tuples where the sender had lists.
+    """
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _max_pinned_from_config() -> int:
+    import dask.config
+
+    return int(dask.config.get("accy.max-pinned", DEFAULT_MAX_PINNED))
+
+
+class AccyCachePlugin(SchedulerPlugin):
+    """Owns the cluster's versioned cache state and the pinned result keys.
+
+    Parameters
+    ----------
+    max_pinned
+        How many task keys stay pinned in worker memory; None: Dask config
+        ``accy.max-pinned`` (default 1000).
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self, max_pinned: int | None = None) -> None:
+        self.max_pinned = max_pinned if max_pinned is not None else _max_pinned_from_config()
+        if self.max_pinned < 0:
+            raise ValueError(f"max_pinned must be >= 0, got {self.max_pinned}")
+        self.version = 0
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.variants: dict[str, dict[str, Any]] = {}
+        self.scheduler: Scheduler | None = None
+        # Pinned task keys, least recently published/touched first.
+        self._pinned: OrderedDict[Any, None] = OrderedDict()
+        # Task key -> stage keys of the entries that name it.
+        self._entries_of: dict[Any, set[str]] = {}
+        self.stats = {"publishes": 0, "conflicts": 0, "unpinned": 0}
+
+    # -- lifecycle
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers["accy_state"] = self.state
+        scheduler.handlers["accy_publish"] = self.publish
+        scheduler.handlers["accy_touch"] = self.touch
+        scheduler.handlers["accy_unpin"] = self.unpin
+        scheduler.set_metadata(keys=[METADATA_KEY], value={"handlers": list(HANDLERS)})
+
+    async def close(self) -> None:
+        if self.scheduler is not None:
+            for name in HANDLERS:
+                self.scheduler.handlers.pop(name, None)
+            self.scheduler.task_metadata.pop(METADATA_KEY, None)
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "forgotten" and key in self._pinned:
+            # The scheduler dropped it (restart, or a client cancelled it by force).
+            del self._pinned[key]
+            self._mark(key, pinned=False)
+
+    # -- handlers (synchronous on purpose: each runs without interleaving)
+    def state(self, comm: Any = None, full: bool = True) -> dict[str, Any]:
+        """A JSON-able snapshot of the cache state (only ``version`` unless ``full``)."""
+        if not full:
+            return {"version": self.version}
+        return {
+            "version": self.version,
+            "entries": copy.deepcopy(self.entries),
+            "variants": copy.deepcopy(self.variants),
+        }
+
+    def publish(self, comm: Any = None, expected_version: int = -1,
+                entries: dict[str, dict[str, Any]] | None = None,
+                variants: dict[str, dict[str, Any]] | None = None,
+                keys: list[Any] | None = None) -> dict[str, Any]:
+        """Compare-and-swap: apply the update only if the state is still ``expected_version``."""
+        if expected_version != self.version:
+            self.stats["conflicts"] += 1
+            return {"ok": False, "version": self.version}
+        self.version += 1
+        self.stats["publishes"] += 1
+        for stage_key, record in (entries or {}).items():
+            record = jsonable(dict(record))
+            record["version"] = self.version
+            record["pinned"] = False
+            if "task_key" in record:
+                task = to_dask_key(record["task_key"])
+                self._entries_of.setdefault(task, set()).add(stage_key)
+                record["pinned"] = task in self._pinned
+            self.entries[stage_key] = record
+        for variant_id, record in (variants or {}).items():
+            self.variants[variant_id] = jsonable(dict(record))
+        pinned = self._pin([to_dask_key(k) for k in keys or []])
+        return {"ok": True, "version": self.version, "pinned": [to_wire_key(k) for k in pinned]}
+
+    def touch(self, comm: Any = None, keys: list[Any] | None = None) -> dict[str, Any]:
+        """Mark pinned keys as just used; returns how many were pinned."""
+        n = 0
+        for key in map(to_dask_key, keys or []):
+            if key in self._pinned:
+                self._pinned.move_to_end(key)
+                n += 1
+        return {"touched": n}
+
+    def unpin(self, comm: Any = None, keys: list[Any] | None = None) -> dict[str, Any]:
+        """Release pinned keys (all of them when ``keys`` is None), e.g. before a
+        local cluster shuts down; their entries stay, marked ``pinned: False``."""
+        victims = list(self._pinned) if keys is None else \
+            [k for k in map(to_dask_key, keys) if k in self._pinned]
+        self._release(victims)
+        return {"unpinned": len(victims)}
+
+    # -- pinning
+    @property
+    def pinned_keys(self) -> list[Any]:
+        """Pinned task keys, least recently used first."""
+        return list(self._pinned)
+
+    def _pin(self, keys: list[Any]) -> list[Any]:
+        assert self.scheduler is not None, "the plugin has not started"
+        tasks = self.scheduler.tasks
+        fresh = [k for k in dict.fromkeys(keys) if k in tasks and k not in self._pinned]
+        if fresh:
+            self.scheduler.client_desires_keys(keys=fresh, client=PINNING_CLIENT)
+        pinned = []
+        for key in dict.fromkeys(keys):
+            if key in tasks:
+                self._pinned[key] = None
+                self._pinned.move_to_end(key)
+                self._mark(key, pinned=True)
+                pinned.append(key)
+        self._enforce_bound()
+        return [k for k in pinned if k in self._pinned]
+
+    def _enforce_bound(self) -> None:
+        if len(self._pinned) <= self.max_pinned:
+            return
+        excess = len(self._pinned) - self.max_pinned
+        self._release(list(self._pinned)[:excess])
+
+    def _release(self, keys: list[Any]) -> None:
+        if not keys:
+            return
+        for key in keys:
+            del self._pinned[key]
+            self._mark(key, pinned=False)
+        self.stats["unpinned"] += len(keys)
+        logger.debug("accy-cache unpins %d key(s), e.g. %r", len(keys), keys[0])
+        assert self.scheduler is not None
+        self.scheduler.client_releases_keys(keys=keys, client=PINNING_CLIENT,
+                                            stimulus_id=f"accy-cache-unpin-{time()}")
+
+    def _mark(self, key: Any, *, pinned: bool) -> None:
+        for stage_key in self._entries_of.get(key, ()):
+            record = self.entries.get(stage_key)
+            if record is not None:
+                record["pinned"] = pinned
+
+
+def get_plugin(scheduler: Scheduler) -> AccyCachePlugin | None:
+    """The scheduler's ``accy-cache`` plugin, or None if it has none.
+
+    Example
+    -------
+    >>> class FakeScheduler:
+    ...     plugins = {}
+    >>> get_plugin(FakeScheduler()) is None
+    True
+    """
+    plugin = scheduler.plugins.get(PLUGIN_NAME)
+    return plugin if isinstance(plugin, AccyCachePlugin) else None

@@ -1,0 +1,258 @@
+"""Sweep files: which program variants a batch recompiles.
+
+A sweep file (YAML) names ``programs`` (paths relative to the file) and,
+optionally, ``targets`` (default ``[host]``), ``shapes`` (one ``{argN: AxB}``
+binding per value) and ``options`` (``STAGE.NAME: [values]``, one axis each).
+The variants are programs × targets × shapes × every option axis, in that
+nesting order. Everything is checked up front: a malformed sweep raises
+:class:`~accy.errors.SweepError` pointing at the file (and the line, where YAML
+knows it) before any work starts.
+
+Example
+-------
+>>> import os, tempfile
+>>> d = tempfile.mkdtemp()
+>>> _ = open(os.path.join(d, "softmax.mlir"), "w").write("")
+>>> _ = open(os.path.join(d, "s.yaml"), "w").write('''
+... programs: [softmax.mlir]
+... shapes: [{arg0: 1024x1024}]
+... options: {kernel.block_size: [128, 256]}
+... ''')
+>>> [v.id for v in load_sweep(os.path.join(d, "s.yaml"))]
+['softmax[target=host,arg0=1024x1024,kernel.block_size=128]', \
+'softmax[target=host,arg0=1024x1024,kernel.block_size=256]']
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from accy.choir.location import Location
+from accy.errors import OptionError, SweepError
+from accy.preparation.options import RunOptions, Target, parse_shapes
+
+TOP_LEVEL = ("programs", "targets", "shapes", "options")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One program compiled for one target, shape binding and option setting."""
+
+    program: str
+    """Path of the program file (resolved against the sweep file's folder)."""
+    target: str = "host"
+    """``host`` or ``cuda:sm_XX``."""
+    shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Argument index → the dims bound to its ``?`` dims."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """``STAGE.NAME`` → value, in the sweep's axis order."""
+
+    @property
+    def name(self) -> str:
+        """The program's file stem."""
+        return os.path.splitext(os.path.basename(self.program))[0]
+
+    @property
+    def id(self) -> str:
+        """Stable, readable id: ``softmax[target=host,arg0=1024x1024,kernel.block_size=128]``."""
+        parts = [f"target={self.target}"]
+        parts += [f"arg{i}={_shape_text(self.shapes[i])}" for i in sorted(self.shapes)]
+        parts += [f"{k}={_value_text(v)}" for k, v in self.options.items()]
+        return f"{self.name}[{','.join(parts)}]"
+
+    def run_options(self) -> RunOptions:
+        """The target and options as validated :class:`RunOptions`."""
+        return RunOptions.parse(self.target, self.options)
+
+    def shape_assignments(self) -> list[str]:
+        """``["arg0=1024x1024", ...]``, as ``--shape`` takes them."""
+        return [f"arg{i}={_shape_text(self.shapes[i])}" for i in sorted(self.shapes)]
+
+    def __hash__(self) -> int:
+        return hash((self.program, self.id))
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def _shape_text(dims: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in dims) if dims else "scalar"
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class _Reader:
+    """Turns YAML nodes into values, with errors that carry the node's line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def error(self, message: str, node: yaml.Node | None = None) -> SweepError:
+        if node is not None and node.start_mark is not None:
+            mark = node.start_mark
+            return SweepError(message, Location(self.path, mark.line + 1, mark.column + 1))
+        return SweepError(f"{self.path}: {message}")
+
+    def parse(self, text: str) -> yaml.Node | None:
+        loader = yaml.SafeLoader(text)
+        try:
+            return loader.get_single_node()
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            what = e.problem or e.context or "malformed YAML"
+            loc = Location(self.path, mark.line + 1, mark.column + 1) if mark else None
+            raise SweepError(f"invalid YAML: {what}", loc) from None
+        except yaml.YAMLError as e:
+            raise SweepError(f"{self.path}: invalid YAML: {e}") from None
+        finally:
+            loader.dispose()
+
+    def mapping(self, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(f"{what} must be a mapping", node)
+        seen: set[str] = set()
+        out = []
+        for key_node, value_node in node.value:
+            key = self.scalar(key_node)
+            if not isinstance(key, str):
+                raise self.error(f"{what}: keys must be strings, got {key!r}", key_node)
+            if key in seen:
+                raise self.error(f"{what}: duplicate key '{key}'", key_node)
+            seen.add(key)
+            out.append((key, key_node, value_node))
+        return out
+
+    def sequence(self, node: yaml.Node, what: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(f"{what} must be a list", node)
+        if not node.value:
+            raise self.error(f"{what} must not be empty", node)
+        return list(node.value)
+
+    def scalar(self, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error("expected a single value, not a list or mapping", node)
+        loader = yaml.SafeLoader("")
+        try:
+            return loader.construct_object(node, deep=True)
+        finally:
+            loader.dispose()
+
+
+def load_sweep(path: str | os.PathLike[str]) -> list[Variant]:
+    """Every variant of one sweep file, duplicates removed, in nesting order.
+
+    Raises
+    ------
+    SweepError
+        The file is missing or malformed; the message starts with its path.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read the sweep file: {e.strerror or e}") from None
+    r = _Reader(path)
+    root = r.parse(text)
+    if root is None:
+        raise SweepError(f"{path}: the sweep file is empty (it needs 'programs')")
+    top = {key: (key_node, value) for key, key_node, value in r.mapping(root, "a sweep file")}
+    for key, (key_node, _) in top.items():
+        if key not in TOP_LEVEL:
+            raise r.error(f"unknown key '{key}' (expected {', '.join(TOP_LEVEL)})", key_node)
+    if "programs" not in top:
+        raise r.error("missing 'programs' (a list of program files)", root)
+
+    base = os.path.dirname(os.path.abspath(path))
+    programs: list[str] = []
+    for node in r.sequence(top["programs"][1], "'programs'"):
+        rel = r.scalar(node)
+        if not isinstance(rel, str) or not rel.strip():
+            raise r.error(f"a program must be a file path, got {rel!r}", node)
+        full = os.path.normpath(os.path.join(base, os.path.expanduser(rel)))
+        if not os.path.isfile(full):
+            raise r.error(f"program '{rel}' not found (looked for {full})", node)
+        programs.append(full)
+
+    targets: list[Target] = [Target("host")]
+    if "targets" in top:
+        targets = []
+        for node in r.sequence(top["targets"][1], "'targets'"):
+            text = r.scalar(node)
+            try:
+                targets.append(Target.parse(str(text)))
+            except OptionError as e:
+                raise r.error(e.message, node) from None
+
+    shapes: list[dict[int, tuple[int, ...]]] = [{}]
+    if "shapes" in top:
+        shapes = []
+        for node in r.sequence(top["shapes"][1], "'shapes'"):
+            binding = {k: _shape_value(r, v) for k, _, v in r.mapping(node, "a shape binding")}
+            try:
+                shapes.append(parse_shapes(binding))
+            except OptionError as e:
+                raise r.error(e.message.replace("--shape ", "shape "), node) from None
+
+    axes: list[tuple[str, list[Any]]] = []
+    if "options" in top:
+        for name, _, value_node in r.mapping(top["options"][1], "'options'"):
+            values = []
+            for node in r.sequence(value_node, f"option axis '{name}'"):
+                value = r.scalar(node)
+                if value is None:
+                    raise r.error(f"option '{name}' has an empty value", node)
+                try:
+                    RunOptions.parse(targets[0], {name: value})
+                except OptionError as e:
+                    raise r.error(e.message, node) from None
+                values.append(value)
+            axes.append((name, values))
+
+    variants: list[Variant] = []
+    for program, target, binding in itertools.product(programs, targets, shapes):
+        for combo in itertools.product(*(values for _, values in axes)):
+            options = {name: value for (name, _), value in zip(axes, combo)}
+            variant = Variant(program, str(target), dict(binding), options)
+            try:
+                RunOptions.parse(target, options)
+            except OptionError as e:
+                raise SweepError(f"{path}: variant {variant.id}: {e.message}") from None
+            variants.append(variant)
+    return _dedupe(variants, path)
+
+
+def _shape_value(r: _Reader, node: yaml.Node) -> str:
+    value = r.scalar(node)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise r.error(f"a shape must look like 1024x1024, got {value!r}", node)
+    return str(value)
+
+
+def load_sweeps(paths: Iterable[str | os.PathLike[str]]) -> list[Variant]:
+    """The variants of several sweep files, in order; a variant id given twice is kept once."""
+    out: list[Variant] = []
+    for path in paths:
+        out.extend(load_sweep(path))
+    return _dedupe(out, "sweep files")
+
+
+def _dedupe(variants: list[Variant], where: str) -> list[Variant]:
+    seen: dict[str, Variant] = {}
+    for v in variants:
+        first = seen.setdefault(v.id, v)
+        if first.program != v.program:
+            raise SweepError(f"{where}: variant id {v.id} names two programs: "
+                             f"{first.program} and {v.program} (rename one)")
+    return list(seen.values())
