@@ -45,6 +45,61 @@ def lower_to(path: str, stage: str, options: RunOptions | None = None,
     return stages.prepare_through(sm, stage, options or RunOptions(), shapes or {}).product
 
 
+def emit_source(path: str, options: RunOptions | None = None,
+                shapes: Mapping[int, tuple[int, ...]] | None = None) -> str:
+    """The target's translation unit for the program, launch table in comments."""
+    from accy.preparation.passes.target import launch_table_comment
+
+    product = lower_to(path, "target", options, shapes)
+    source = product.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    return source + launch_table_comment(product.module)
+
+
+def variant_id(path: str, options: RunOptions, shapes: Mapping[int, tuple[int, ...]]) -> str:
+    """The readable id of one variant: ``softmax[target=host,arg0=8x4096,kernel.block_size=128]``."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    parts = [f"target={options.target}"]
+    parts += [f"arg{i}={'x'.join(map(str, shapes[i])) or 'scalar'}" for i in sorted(shapes)]
+    parts += [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+              for k, v in options.assignments().items()]
+    return f"{stem}[{','.join(parts)}]"
+
+
+def compile_program(path: str, options: RunOptions | None = None,
+                    shapes: Mapping[int, tuple[int, ...]] | None = None, *,
+                    cache_dir: str | None = None, report_path: str | None = None,
+                    load: bool = True) -> dict:
+    """One refresh through a :class:`FragmentCompilerCache`; returns the variant's report entry.
+
+    With ``cache_dir``, stage products and compiled fragments are kept in a
+    persistent store there, so a second process reuses them.
+    """
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.cache import PreparationFailed
+    from accy.preparation.report import variant_json, write_report
+    from accy.preparation.stages import PreparationRequest
+    from accy.distributed.store import ArtifactStore
+
+    options = options or RunOptions()
+    shapes = dict(shapes or {})
+    sm = load_program(path)
+    store = ArtifactStore(cache_dir) if cache_dir else None
+    cache = FragmentCompilerCache(store=store, load=load)
+    vid = variant_id(path, options, shapes)
+    request = PreparationRequest(source=path, variant=vid, options=options, shapes=shapes)
+    try:
+        update = cache.refresh_from_semantic_module(sm, request)
+    except PreparationFailed as e:
+        entry = variant_json(vid, "failed", e.report, e.failure)
+        if report_path:
+            write_report(report_path, [entry])
+        raise
+    entry = variant_json(vid, "ok", update.report)
+    if report_path:
+        write_report(report_path, [entry])
+    return entry
+
+
 def load_inputs(paths: Sequence[str]) -> list[np.ndarray]:
     arrays = []
     for p in paths:
@@ -92,8 +147,17 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
 
         results = run_reference(sm.module, arrays)
     else:
-        from accy.executable.fragment import compile_and_run
+        from accy.executable.cache import FragmentCompilerCache
+        from accy.preparation.stages import PreparationRequest
 
+        options = options or RunOptions()
         bound = bind_shapes_from_inputs(sm, arrays, shapes or {})
-        results = compile_and_run(sm, arrays, options or RunOptions(), bound)
+        cache = FragmentCompilerCache()
+        update = cache.refresh_from_semantic_module(
+            sm, PreparationRequest(source=path, options=options, shapes=bound))
+        if update.fragment is None:
+            raise AccyError(f"cannot run a {options.target} fragment here: no GPU "
+                            f"(use --target host, or --reference)")
+        results = [np.asarray(r) if not hasattr(r, "get") else r.get()
+                   for r in update.fragment(*arrays)]
     return save_results(results, output_dir)

@@ -98,6 +98,43 @@ def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, ta
 
 
 @cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@_shared
+def emit(file: str, target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+    """Print the generated kernel source for the target (launch table in comments)."""
+    from accy.api import emit_source
+
+    run_options, bound = _request(target, shapes, options)
+    click.echo(emit_source(file, run_options, bound), nl=False)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False),
+              help="Persistent store folder: a second process reuses its products.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write the JSON report (every receipt) here.")
+@_shared
+def compile(file: str, cache_dir: str | None, report_path: str | None, target: str,
+            shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+    """One refresh of FILE through the fragment compiler cache."""
+    from accy.api import compile_program
+
+    run_options, bound = _request(target, shapes, options)
+    variant = compile_program(file, run_options, bound, cache_dir=cache_dir,
+                              report_path=report_path)
+    click.echo(f"{variant['id']}: {variant['status']}")
+    for r in variant["stages"]:
+        state = "skipped (" + r["skipped"] + ")" if r.get("skipped") else \
+            ("reused" + (f" from {r['source']}" if r.get("source") else "") if r["reused"]
+             else "ran")
+        click.echo(f"  {r['stage']:<9} {r['key'][:16]}  {state:<20} "
+                   f"{r['elapsed_ns'] / 1e6:9.3f} ms")
+    if report_path:
+        click.echo(f"report: {report_path}")
+
+
+@cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, exists=False))
 def repro(file: str) -> None:
     """Replay a captured failure reproducer."""

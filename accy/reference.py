@@ -101,6 +101,8 @@ def run_reference(module: ModuleOp, inputs: Sequence[np.ndarray], *,
     >>> run_reference(m, [np.zeros((2, 4096), np.float32)])[0].sum()  # doctest: +SKIP
     2.0
     """
+    import accy.reference_lowered  # noqa: F401  (prim and dispatch ops of later stages)
+
     func = _find_function(module, function)
     args = bind_inputs(func, inputs)
     with np.errstate(all="ignore"):

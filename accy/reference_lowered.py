@@ -94,3 +94,18 @@ def _broadcast(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
         placed[d] = x.shape[i]
     shape = tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
     return [np.array(np.broadcast_to(x.reshape(placed), shape))]
+
+
+@register_impl("dispatch.region")
+def _region(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    """A dispatch region computes its body on its inputs (fusion changes nothing)."""
+    from accy.reference import run_block
+
+    return run_block(op.regions[0].blocks[0], args)
+
+
+@register_impl("prim.reshape")
+def _reshape(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    t = op.results[0].type
+    assert isinstance(t, TensorType)
+    return [args[0].reshape(tuple(int(d) for d in t.shape))]  # type: ignore[arg-type]

@@ -339,6 +339,7 @@ class Parser:
                 if self.accept("("):
                     if not self.accept(")"):
                         while True:
+                            self.skip()
                             apos = self.pos
                             name = self.value_name()
                             self.expect(":", "':' and the argument's type")

@@ -38,6 +38,10 @@ from accy.choir.ir import Operation
 from accy.choir.location import Location
 from accy.errors import AccyError, PassFailedError, VerifyError, WorkLimitError
 
+class _BrokenIR(AccyError):
+    """The verifier rejected what a pass produced (a bug in that pass)."""
+
+
 PASS_REGISTRY: dict[str, type[Pass]] = {}
 """Pass classes by name, so a reproducer can rebuild its pass."""
 
@@ -260,7 +264,11 @@ class PassManager:
             try:
                 p.apply(ctx, module)
                 if self.verify_each:
-                    self.verifier(module)
+                    try:
+                        self.verifier(module)
+                    except VerifyError as e:
+                        raise _BrokenIR(f"pass '{p.name}' produced invalid IR: {e}", e.loc) \
+                            from e
                 n_ops = count_ops(module)
                 if n_ops > self.limits.max_ops:
                     raise WorkLimitError(f"{n_ops} operations after pass '{p.name}' exceed the "
@@ -271,8 +279,6 @@ class PassManager:
             except Exception as e:  # every failure, a pass's bug included, gets a reproducer
                 message = str(e) if isinstance(e, AccyError) else \
                     f"internal error in pass '{p.name}': {type(e).__name__}: {e}"
-                if isinstance(e, VerifyError):
-                    message = f"pass '{p.name}' produced invalid IR: {e}"
                 loc: Location | None = getattr(e, "loc", None)
                 ir = print_op(decode(snapshot))
                 truncated = False

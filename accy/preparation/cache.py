@@ -111,12 +111,17 @@ class BackendPreparationCache:
     capacity
         How many stage results to keep; the least recently used beyond it are
         dropped (the current chain is never dropped).
+    store
+        An optional persistent store (``get(key) -> bytes | None``,
+        ``put(key, bytes, kind)``): a memory miss looks there (receipt source
+        ``store``) and every stage run is written there.
     """
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, store: Any | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"a preparation cache needs a capacity of at least 1, not {capacity}")
         self.capacity = capacity
+        self.store = store
         self._entries: OrderedDict[str, StageResult] = OrderedDict()
         self.current: dict[str, str] = {}
         """Stage → key hex of the last successful refresh."""
@@ -132,7 +137,7 @@ class BackendPreparationCache:
         Products are immutable, so the stage results are shared; only the
         indexes are copied.
         """
-        other = BackendPreparationCache(self.capacity)
+        other = BackendPreparationCache(self.capacity, self.store)
         other._entries = OrderedDict(self._entries)
         other.current = dict(self.current)
         other._published = {s: dict(f) for s, f in self._published.items()}
@@ -185,6 +190,21 @@ class BackendPreparationCache:
             return None
         self._entries.move_to_end(key.hex)
         return result
+
+    def admit_from_store(self, key: StageKey) -> StageResult | None:
+        """The persistent store's result for ``key``, admitted like a memory entry."""
+        if self.store is None:
+            return None
+        data = self.store.get(key.hex)
+        if data is None:
+            return None
+        try:
+            result = StageResult.from_wire(data)
+        except AccyError as e:
+            self._rejected[key.hex] = f"store entry unreadable: {e}"
+            return None
+        self.put(result)
+        return self.admit(key)
 
     def miss_reason(self, key: StageKey, stage: str) -> str:
         """Why ``stage`` must run under ``key``: the changed key fields, or a dropped entry."""
@@ -263,9 +283,13 @@ class BackendPreparationCache:
             t0 = time.perf_counter_ns()
             key = keys.stage_key(stage, fingerprint, request.options, request.shapes)
             cached = self.admit(key)
+            source = "memory"
+            if cached is None:
+                cached = self.admit_from_store(key)
+                source = "store"
             if cached is not None:
                 result = cached
-                report.add(Receipt.reuse(result, time.perf_counter_ns() - t0, "memory"))
+                report.add(Receipt.reuse(result, time.perf_counter_ns() - t0, source))
             else:
                 why = self.miss_reason(key, stage)
                 if prev is None:
@@ -277,6 +301,8 @@ class BackendPreparationCache:
                                                                    key.hex)
                     raise PreparationFailed(failure, report, e) from e
                 self.put(result)
+                if self.store is not None:
+                    self.store.put(key.hex, result.to_wire(), kind=stage)
                 report.add(Receipt.ran(result, why))
             results[stage] = result
             prev = result.product

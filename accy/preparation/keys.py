@@ -34,10 +34,12 @@ MANUAL_VERSION = {"contract": 1, "tensor": 1, "dispatch": 1, "memory": 1, "kerne
 
 # Modules whose source defines each stage's output.
 _COMMON = ("accy.choir.ir", "accy.choir.attributes", "accy.choir.wire",
-           "accy.preparation.products", "accy.dialects.semantic", "accy.dialects.shapes")
+           "accy.preparation.products", "accy.dialects.semantic", "accy.dialects.shapes",
+           "accy.preparation.passes.rewrite")
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "contract": ("accy.preparation.passes.contract", "accy.reference"),
-    "tensor": ("accy.preparation.passes.tensor", "accy.dialects.prim"),
+    "tensor": ("accy.preparation.passes.tensor", "accy.preparation.passes.contract",
+               "accy.dialects.prim"),
     "dispatch": ("accy.preparation.passes.dispatch", "accy.dialects.dispatch"),
     "memory": ("accy.preparation.passes.memory",),
     "kernel": ("accy.preparation.passes.kernel", "accy.dialects.kernel"),

@@ -8,7 +8,7 @@ Example
 -------
 >>> from accy.preparation.options import RunOptions
 >>> [p.name for p in configure("contract", RunOptions(), {})]
-['specialize-shapes', 'simplify', 'fold-constants', 'cse', 'dce']
+['specialize-shapes', 'simplify', 'fold-constants', 'simplify', 'cse', 'dce']
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def configure(stage: str, options: RunOptions,
         ]
         if o.fold_constants:
             passes.append(c.FoldConstants(o.max_fold_elements))
+            passes.append(c.Simplify())  # identities that folding uncovered
         if o.cse:
             passes.append(c.CSE())
         passes.append(c.DCE())
