@@ -57,12 +57,9 @@ def emit_source(path: str, options: RunOptions | None = None,
 
 def variant_id(path: str, options: RunOptions, shapes: Mapping[int, tuple[int, ...]]) -> str:
     """The readable id of one variant: ``softmax[target=host,arg0=8x4096,kernel.block_size=128]``."""
-    stem = os.path.splitext(os.path.basename(path))[0]
-    parts = [f"target={options.target}"]
-    parts += [f"arg{i}={'x'.join(map(str, shapes[i])) or 'scalar'}" for i in sorted(shapes)]
-    parts += [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-              for k, v in options.assignments().items()]
-    return f"{stem}[{','.join(parts)}]"
+    from accy.sweep import Variant
+
+    return Variant(path, str(options.target), dict(shapes), options.assignments()).id
 
 
 def compile_program(path: str, options: RunOptions | None = None,
@@ -78,7 +75,7 @@ def compile_program(path: str, options: RunOptions | None = None,
     from accy.preparation.cache import PreparationFailed
     from accy.preparation.report import variant_json, write_report
     from accy.preparation.stages import PreparationRequest
-    from accy.distributed.store import ArtifactStore
+    from accy.store import ArtifactStore
 
     options = options or RunOptions()
     shapes = dict(shapes or {})

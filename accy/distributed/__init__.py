@@ -5,8 +5,8 @@ product with Dask (so a client that imports it can gather products), and
 nothing heavier: the submodules load on first use.
 
 - :mod:`.serialize` — products (and other accy types) travel as msgpack frames.
-- :mod:`.store` — :class:`ArtifactStore`, the persistent content-addressed tier.
-- :mod:`.sweep` — :func:`load_sweep`, :class:`Variant`: what a batch compiles.
+- :mod:`accy.store` — :class:`ArtifactStore`, the persistent content-addressed tier.
+- :mod:`accy.sweep` — :func:`load_sweep`, :class:`Variant`: what a batch compiles.
 - :mod:`.plugin` — :class:`AccyCachePlugin`, the scheduler's versioned cache state.
 - :mod:`.state` — :func:`fetch_state`, :func:`publish_with_merge`: its client side.
 
@@ -41,21 +41,21 @@ if TYPE_CHECKING:
 
     from accy.distributed.plugin import AccyCachePlugin, get_plugin
     from accy.distributed.state import fetch_state, publish, publish_with_merge, touch, unpin
-    from accy.distributed.store import ArtifactStore, default_store_url
-    from accy.distributed.sweep import Variant, load_sweep, load_sweeps
+    from accy.store import ArtifactStore, default_store_url
+    from accy.sweep import Variant, load_sweep, load_sweeps
 
 serialize.register()
 
 PRELOAD = "accy.distributed"
 
 _LAZY = {
-    "ArtifactStore": "store", "default_store_url": "store",
-    "Variant": "sweep", "load_sweep": "sweep", "load_sweeps": "sweep",
+    "ArtifactStore": "accy.store", "default_store_url": "accy.store",
+    "Variant": "accy.sweep", "load_sweep": "accy.sweep", "load_sweeps": "accy.sweep",
     "AccyCachePlugin": "plugin", "get_plugin": "plugin",
     "fetch_state": "state", "publish": "state", "publish_with_merge": "state",
     "touch": "state", "unpin": "state",
 }
-_SUBMODULES = ("serialize", "store", "sweep", "plugin", "state")
+_SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
@@ -67,7 +67,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(f"accy.distributed.{_LAZY[name]}"), name)
+        mod = _LAZY[name]
+        return getattr(importlib.import_module(mod if "." in mod else f"accy.distributed.{mod}"),
+                       name)
     if name in _SUBMODULES:
         return importlib.import_module(f"accy.distributed.{name}")
     raise AttributeError(f"module 'accy.distributed' has no attribute {name!r}")

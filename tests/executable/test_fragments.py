@@ -1,0 +1,147 @@
+"""Compiled fragments against the reference interpreter: host in CI, CUDA on a GPU."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from accy.errors import FragmentCompileError
+from accy.executable.cache import FragmentCompilerCache
+from accy.executable.compile import compile_fragment
+from accy.preparation.options import RunOptions
+from accy.preparation.products import SemanticModule
+from accy.preparation.stages import PreparationRequest, prepare_through
+from accy.reference import run_reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GRAPHS = sorted(glob.glob(os.path.join(ROOT, "graphs", "*.mlir")))
+
+
+def _inputs(sm: SemanticModule, dyn: int, seed: int = 0) \
+        -> tuple[list[np.ndarray], dict[int, tuple[int, ...]]]:
+    rng = np.random.default_rng(seed)
+    arrays, shapes = [], {}
+    for i, t in enumerate(sm.entry().function_type.inputs):
+        shape = tuple(dyn if d is None else d for d in t.shape)
+        if not t.is_static:
+            shapes[i] = shape
+        arrays.append(rng.standard_normal(shape).astype(np.float32))
+    return arrays, shapes
+
+
+def _check(out: list[np.ndarray], ref: list[np.ndarray], rtol: float = 2e-5,
+           atol: float = 2e-5) -> None:
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        o = np.asarray(o)
+        assert o.shape == r.shape and o.dtype == r.dtype
+        np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rtol,
+                                   atol=atol)
+
+
+def _run(path: str, target: str, dyn: int, options: tuple[str, ...] = ()) -> None:
+    sm = SemanticModule.from_file(path)
+    arrays, shapes = _inputs(sm, dyn)
+    cache = FragmentCompilerCache()
+    update = cache.refresh_from_semantic_module(
+        sm, PreparationRequest(source=path, options=RunOptions.parse(target, options),
+                               shapes=shapes))
+    assert update.fragment is not None
+    out = update.fragment(*arrays)
+    _check([np.asarray(o) for o in out], run_reference(sm.module, arrays))
+
+
+@pytest.mark.parametrize("path", GRAPHS, ids=lambda p: os.path.basename(p))
+def test_host_fragment_matches_reference(path: str) -> None:
+    _run(path, "host", 37)
+
+
+@pytest.mark.parametrize("name,dyn", [("dynamic.mlir", 1), ("elementwise_chain.mlir", 1),
+                                      ("softmax.mlir", 1), ("elementwise_chain.mlir", 1027),
+                                      ("dynamic.mlir", 129)])
+def test_host_edge_shapes(name: str, dyn: int) -> None:
+    _run(os.path.join(ROOT, "graphs", name), "host", dyn)
+
+
+@pytest.mark.parametrize("path", GRAPHS, ids=lambda p: os.path.basename(p))
+def test_every_graph_compiles_to_a_cubin(path: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sm = SemanticModule.from_file(path)
+    _, shapes = _inputs(sm, 64)
+    job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90"), shapes).product
+    compiled = compile_fragment(job, str(tmp_path))  # type: ignore[arg-type]
+    assert compiled.binary[:4] == b"\x7fELF"
+    assert compiled.plan.language == "cuda" and compiled.plan.launches
+
+
+def test_compile_error_carries_the_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from accy.choir.attributes import StringAttr
+
+    sm = SemanticModule.from_file(os.path.join(ROOT, "graphs", "softmax.mlir"))
+    job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90"), {0: (4, 4096)}).product
+    job.module.attributes["target.source"] = StringAttr("this is not CUDA")
+    with pytest.raises(FragmentCompileError) as info:
+        compile_fragment(job, str(tmp_path))  # type: ignore[arg-type]
+    assert "error" in info.value.log
+    assert info.value.source_path and os.path.exists(info.value.source_path)
+
+
+def test_failed_compile_leaves_the_old_fragment_current(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import accy.executable.cache as cache_mod
+
+    path = os.path.join(ROOT, "graphs", "softmax.mlir")
+    sm = SemanticModule.from_file(path)
+    cache = FragmentCompilerCache()
+    first = cache.refresh_from_semantic_module(sm, PreparationRequest(shapes={0: (3, 4096)}))
+    old_prepared, old_fragment = cache.current_prepared(), cache.current_fragment()
+    assert old_fragment is first.fragment is not None
+
+    def broken(*a, **k):  # type: ignore[no-untyped-def]
+        raise FragmentCompileError("injected", log="error: injected")
+
+    monkeypatch.setattr(cache_mod, "compile_fragment", broken)
+    with pytest.raises(FragmentCompileError):
+        cache.refresh_from_semantic_module(sm, PreparationRequest(shapes={0: (5, 4096)}))
+    assert cache.current_prepared() is old_prepared
+    assert cache.current_fragment() is old_fragment
+    x = np.random.default_rng(1).standard_normal((3, 4096)).astype(np.float32)
+    _check(old_fragment(x), run_reference(sm.module, [x]))
+
+
+def test_load_is_reused_while_the_compile_key_is_unchanged() -> None:
+    sm = SemanticModule.from_file(os.path.join(ROOT, "graphs", "bias_gelu.mlir"))
+    req = PreparationRequest(shapes={0: (2, 4096)})
+    a = FragmentCompilerCache().refresh_from_semantic_module(sm, req)
+    b = FragmentCompilerCache().refresh_from_semantic_module(sm, req)
+    assert a.fragment is b.fragment
+    assert [r.reused for r in b.report if r.stage == "load"] == [True]
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", GRAPHS, ids=lambda p: os.path.basename(p))
+def test_cuda_fragment_matches_reference(path: str) -> None:
+    _run(path, "cuda", 37)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [("kernel.block_size=128",), ("kernel.vector_width=1",),
+                                     ("kernel.vector_width=2", "kernel.block_size=512"),
+                                     ("kernel.tile_m=32", "kernel.tile_n=32", "kernel.tile_k=8"),
+                                     ("dispatch.fuse=false",), ("memory.reuse=false",)])
+@pytest.mark.parametrize("name", ["softmax.mlir", "layernorm.mlir", "mlp.mlir",
+                                  "attention.mlir", "all_ops.mlir", "dynamic.mlir"])
+def test_cuda_variants_match_reference(name: str, options: tuple[str, ...]) -> None:
+    _run(os.path.join(ROOT, "graphs", name), "cuda", 45, options)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,dyn", [("dynamic.mlir", 1), ("elementwise_chain.mlir", 1),
+                                      ("softmax.mlir", 1), ("elementwise_chain.mlir", 1027),
+                                      ("softmax.mlir", 2049), ("rmsnorm.mlir", 300)])
+def test_cuda_edge_shapes(name: str, dyn: int) -> None:
+    _run(os.path.join(ROOT, "graphs", name), "cuda", dyn)
