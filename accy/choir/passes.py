@@ -38,6 +38,7 @@ from accy.choir.ir import Operation
 from accy.choir.location import Location
 from accy.errors import AccyError, PassFailedError, VerifyError, WorkLimitError
 
+
 class _BrokenIR(AccyError):
     """The verifier rejected what a pass produced (a bug in that pass)."""
 

@@ -122,7 +122,8 @@ class _Vectorizer:
         if key not in self.loaded:
             name = b.fresh("v")
             self.scope_ref[0].lines.append(
-                f"const float4 {name} = __ldg(reinterpret_cast<const float4*>"
+                f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
+                f"float{self.vec}*>"
                 f"({b.inputs[k]} + ({base})));")
             self.loaded[key] = name
         return f"{self.loaded[key]}.{LANES[lane]}"
@@ -151,8 +152,8 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         el = elem_of(v)
         lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
         if vec > 1:
-            body.append(f"*reinterpret_cast<float4*>({outs[oi]} + i) = "
-                        f"make_float4({', '.join(lanes)});")
+            body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + i) = "
+                        f"make_float{vec}({', '.join(lanes)});")
         else:
             body.append(f"{outs[oi]}[i] = {store_convert(lanes[0], el)};")
     text = "\n".join([
@@ -233,7 +234,7 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         name = f"reg{kidx}"
         regs[kidx] = name
         if vec > 1:
-            lines.append(f"float4 {name}[{items}];")
+            lines.append(f"float{vec} {name}[{items}];")
         else:
             lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{items}];")
 
@@ -243,7 +244,7 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                 arg = k.body.args[kidx]
                 off = b.offset(shape_of(arg), tuple(rnames) + ("c",), 0)
                 if vec > 1:
-                    inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float4*>"
+                    inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
                                        f"({ins[kidx]} + ({off})));")
                 else:
                     from accy.target.common import load_convert
@@ -287,8 +288,8 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                 el = elem_of(v)
                 vals = [b.expr(v, ident, inner, lane) for lane in range(vec)]
                 if vec > 1:
-                    inner.lines.append(f"*reinterpret_cast<float4*>({outs[oi]} + row * {cols} "
-                                       f"+ c) = make_float4({', '.join(vals)});")
+                    inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
+                                       f"{cols} + c) = make_float{vec}({', '.join(vals)});")
                 else:
                     inner.lines.append(f"{outs[oi]}[row * {cols} + c] = "
                                        f"{store_convert(vals[0], el)};")
