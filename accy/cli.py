@@ -135,6 +135,37 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, target: s
 
 
 @cli.command()
+@click.argument("sweeps", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--scheduler", help="Address of a running Dask scheduler (default: a local "
+              "cluster).")
+@click.option("--workers", type=click.IntRange(1, 256),
+              help="Workers of the local cluster (default 2).")
+@click.option("--cache", "cache_dir", help="Artifact store: a folder or fsspec URL.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write the JSON report here.")
+@click.option("--explain", "explain_misses", is_flag=True,
+              help="Say why each stage that ran missed its published entry.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write a self-contained HTML page of the stage timings.")
+@click.option("--keep-open", type=click.FloatRange(0), metavar="SECONDS",
+              help="Keep the local cluster (and its dashboard) up this long after the batch.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
+          cache_dir: str | None, report_path: str | None, explain_misses: bool,
+          html_path: str | None, keep_open: float | None, no_progress: bool) -> None:
+    """Recompile every variant of the SWEEP files on a Dask cluster."""
+    if scheduler and workers:
+        raise click.UsageError("--scheduler and --workers exclude each other")
+    from accy.distributed.batch import batch_main
+
+    code = batch_main(sweeps, scheduler=scheduler, workers=workers, cache=cache_dir,
+                      report=report_path, explain_misses=explain_misses, html=html_path,
+                      keep_open=keep_open, echo=click.echo, progress=not no_progress)
+    if code:
+        raise SystemExit(code)
+
+
+@cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, exists=False))
 def repro(file: str) -> None:
     """Replay a captured failure reproducer."""

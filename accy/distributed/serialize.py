@@ -92,10 +92,18 @@ def register_type(cls: type[T], to_bytes: Callable[[T], bytes],
 
 
 def register() -> None:
-    """Register every ``Product`` subclass (idempotent; new subclasses are picked up)."""
+    """Register every ``Product`` subclass, stage results and compiled fragments (idempotent)."""
+    from accy.executable.compile import CompiledFragment
+    from accy.preparation.stages import StageResult
+
     for stage, cls in PRODUCTS.items():
         if _REGISTERED.get(cls) != stage:
             register_type(cls, Product.to_wire, Product.from_wire, label=stage)
+    if StageResult not in _REGISTERED:
+        register_type(StageResult, StageResult.to_wire, StageResult.from_wire, label="result")
+    if CompiledFragment not in _REGISTERED:
+        register_type(CompiledFragment, CompiledFragment.to_wire, CompiledFragment.from_wire,
+                      label="fragment")
 
 
 def registered() -> dict[str, str]:

@@ -76,11 +76,15 @@ class StageResult:
     pass_stats: dict[str, dict[str, int]]
     pass_ns: dict[str, int]
     plan_fingerprint: str | None = None
+    origin: str | None = None
+    """Set when the result was not computed by this run: ``store`` (read back from the
+    artifact store by content key — early cutoff or a warm start)."""
 
     def to_wire(self) -> bytes:
         meta = {"stage": self.stage, "key": self.key.hex, "fields": self.key.fields,
                 "elapsed_ns": self.elapsed_ns, "pass_stats": self.pass_stats,
-                "pass_ns": self.pass_ns, "plan_fingerprint": self.plan_fingerprint}
+                "pass_ns": self.pass_ns, "plan_fingerprint": self.plan_fingerprint,
+                "origin": self.origin}
         return msgpack.packb([b"accy-stage-result", meta, self.product.to_wire()],
                              use_bin_type=True)
 
@@ -92,7 +96,8 @@ class StageResult:
                 raise ValueError("tag")
             return StageResult(meta["stage"], StageKey(meta["key"], meta["fields"]),
                                Product.from_wire(product), int(meta["elapsed_ns"]),
-                               meta["pass_stats"], meta["pass_ns"], meta["plan_fingerprint"])
+                               meta["pass_stats"], meta["pass_ns"], meta["plan_fingerprint"],
+                               meta.get("origin"))
         except WireFormatError:
             raise
         except Exception as e:

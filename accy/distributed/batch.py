@@ -1,0 +1,409 @@
+"""Batch recompilation of many program variants on one Dask cluster.
+
+:func:`run_batch` reads the published cache state once, submits every
+variant's refresh graph (:mod:`accy.distributed.graph`; shared stage runs are
+one task), and as each variant finishes gathers its products' receipts and
+publishes its new entries with compare-and-swap — a failed variant publishes
+nothing and fails only itself. It returns the report INTERFACE.md describes.
+
+Example
+-------
+>>> from distributed import Client, LocalCluster
+>>> from accy.sweep import Variant
+>>> # with LocalCluster(processes=False, **local_cluster_kwargs()) as c, Client(c) as client:
+>>> #     report = run_batch(client, [Variant("graphs/softmax.mlir", "host", {0: (64, 4096)})])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accy.distributed.graph import (
+    RefreshPlan,
+    StageFailed,
+    VariantRequest,
+    has_gpu_workers,
+    plan_refresh,
+)
+from accy.errors import AccyError
+from accy.preparation.keys import StageKey, explain
+from accy.preparation.options import STAGES
+from accy.preparation.products import SemanticModule
+from accy.preparation.report import RECEIPT_ORDER, Receipt, summary
+from accy.sweep import Variant
+
+
+@dataclass
+class VariantOutcome:
+    """One variant's result: receipts, status and (if it failed) why."""
+
+    id: str
+    program: str
+    status: str
+    receipts: list[Receipt] = field(default_factory=list)
+    failure: dict[str, Any] | None = None
+    fragment: dict[str, Any] | None = None
+    elapsed_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "status": self.status,
+                               "stages": [r.to_json() for r in self.receipts]}
+        if self.failure is not None:
+            out["failure"] = self.failure
+        return out
+
+
+@dataclass
+class BatchResult:
+    """Every variant's outcome, the summary, and what the batch cost."""
+
+    outcomes: list[VariantOutcome]
+    wall_s: float
+    distinct_tasks: int
+    version: int
+
+    def report(self) -> dict[str, Any]:
+        variants = [o.to_json() for o in self.outcomes]
+        s = summary(variants)
+        s["wall_s"] = round(self.wall_s, 3)
+        s["distinct_tasks"] = self.distinct_tasks
+        s["state_version"] = self.version
+        return {"variants": variants, "summary": s}
+
+    @property
+    def failed(self) -> int:
+        return sum(o.status != "ok" for o in self.outcomes)
+
+
+def _request(v: Variant) -> VariantRequest:
+    return VariantRequest(v.program, v.id, v.target, dict(v.options), dict(v.shapes))
+
+
+def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
+    if isinstance(exc, StageFailed):
+        f = exc.failure_json()
+        f["stage"] = exc.stage or stage
+        return f
+    name = type(exc).__name__
+    return {"pipeline": stage, "pass": "", "message": f"{name}: {exc}", "reproducer": None,
+            "stage": stage}
+
+
+class _Collector:
+    """Turns finished plans into receipts and publishes them."""
+
+    def __init__(self, client: Any, state: dict[str, Any], store_url: str | None) -> None:
+        self.client = client
+        self.state = state
+        self.store_url = store_url
+        self.claimed: set[Any] = set()
+        self.version = int(state.get("version", 0))
+
+    def collect(self, plan: RefreshPlan) -> VariantOutcome:
+        t0 = time.perf_counter_ns()
+        req = plan.request
+        out = VariantOutcome(req.variant, req.program, "ok")
+        old_fields = ((self.state.get("variants", {}).get(req.variant) or {}).get("fields")
+                      or {})
+        for r in plan.resolved:
+            out.receipts.append(Receipt(r.stage, r.key, True, r.elapsed_ns,
+                                        r.entry.get("plan_fingerprint"), {}, source="cluster"))
+        futures = plan.futures
+        order = [s for s in (*STAGES, "compile", "load") if s in futures]
+        done = {s: f for s, f in futures.items() if f.status == "finished"}
+        values = dict(zip(done, self.client.gather(list(done.values())))) if done else {}
+        results: dict[str, Any] = {}
+        for stage in order:
+            fut = futures[stage]
+            if stage not in values:
+                exc = fut.exception()
+                out.status = "failed"
+                out.failure = _failure_of(exc, stage)
+                break
+            value = values[stage]
+            results[stage] = value
+            shared = fut.key in self.claimed
+            self.claimed.add(fut.key)
+            if stage in STAGES:
+                if value.origin == "store":
+                    out.receipts.append(Receipt.reuse(value, value.elapsed_ns, "store"))
+                elif shared:
+                    out.receipts.append(Receipt.reuse(value, 0, "cluster"))
+                else:
+                    why = explain(StageKey(value.key.hex, value.key.fields),
+                                  old_fields.get(stage))
+                    out.receipts.append(Receipt.ran(value, why))
+            elif stage == "compile":
+                origin = value.meta.get("origin")
+                reused = origin == "store" or shared
+                out.receipts.append(Receipt(
+                    "compile", value.key.hex, reused, 0 if shared else value.elapsed_ns,
+                    source=("store" if origin == "store" else "cluster") if reused else None,
+                    pass_stats={} if reused else {"compile": {"binary_bytes": len(value.binary)}}))
+            else:  # load
+                out.fragment = value
+                out.receipts.append(Receipt("load", value["key"], bool(value["reused"]),
+                                            int(value["elapsed_ns"])))
+        if out.status == "ok":
+            entries = self.state.get("entries", {})
+            if "compile" not in futures:  # a published compile: its held key, or all reused
+                centry = entries.get(plan.compile_entry_key) or {}
+                out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
+                                            source="cluster"))
+            if plan.fully_reused and plan.load_skipped is None:
+                desc = (self.state.get("variants", {}).get(req.variant) or {}).get("fragment")
+                out.fragment = desc
+                out.receipts.append(Receipt("load", (desc or {}).get("key", ""), True, 0,
+                                            source="cluster"))
+            if plan.load_skipped is not None:
+                ckey = next((r.key for r in out.receipts if r.stage == "compile"), "")
+                out.receipts.append(Receipt("load", ckey, False, 0, skipped=plan.load_skipped))
+            if not plan.fully_reused:
+                self.publish(plan, results, out)
+        out.receipts.sort(key=lambda r: RECEIPT_ORDER.index(r.stage))
+        out.elapsed_ns = time.perf_counter_ns() - t0 + sum(r.elapsed_ns for r in out.receipts)
+        return out
+
+    def publish(self, plan: RefreshPlan, results: dict[str, Any], out: VariantOutcome) -> None:
+        from accy.distributed.state import publish_with_merge
+
+        entries: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
+        keys: list[Any] = []
+        stage_keys: dict[str, str] = {r.stage: r.key for r in plan.resolved}
+        for r in plan.resolved:
+            fields[r.stage] = r.entry.get("fields")
+            if r.entry.get("task_key"):
+                keys.append(list(r.entry["task_key"]))
+        for stage in STAGES:
+            res = results.get(stage)
+            if res is None:
+                continue
+            tk = list(plan.task_keys[stage])
+            entries[res.key.hex] = {
+                "stage": stage, "task_key": tk, "fingerprint": res.product.fingerprint(),
+                "plan_fingerprint": res.plan_fingerprint, "elapsed_ns": res.elapsed_ns,
+                "fields": res.key.fields, "stored": self.store_url is not None}
+            fields[stage] = res.key.fields
+            stage_keys[stage] = res.key.hex
+            keys.append(tk)
+        compiled = results.get("compile")
+        ckey = plan.task_keys.get("compile")
+        if compiled is not None and ckey is not None:
+            target_key = stage_keys.get("target", "")
+            from accy.distributed.graph import _derive
+
+            entry_key = _derive("compile", target_key, plan.request)
+            entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
+                                  "key": compiled.key.hex, "fingerprint": compiled.key.hex,
+                                  "elapsed_ns": compiled.elapsed_ns,
+                                  "stored": self.store_url is not None}
+            keys.append(list(ckey))
+        if "load" in plan.task_keys:
+            keys.append(list(plan.task_keys["load"]))
+        variants = {plan.request.variant: {
+            "program": plan.request.program, "target": plan.request.target,
+            "keys": stage_keys, "fields": fields, "fragment": out.fragment}}
+        reply = publish_with_merge(self.client, entries, variants, keys)
+        self.version = int(reply.get("version", self.version))
+
+
+def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None = None,
+              on_done: Callable[[VariantOutcome], None] | None = None) -> BatchResult:
+    """Refresh every variant on ``client``'s cluster; publish each success atomically."""
+    from distributed import as_completed
+
+    from accy.distributed import ensure_plugin
+    from accy.distributed.state import fetch_state
+
+    t0 = time.perf_counter()
+    ensure_plugin(client)
+    state = fetch_state(client)
+    gpu = has_gpu_workers(client)
+    modules: dict[str, SemanticModule | AccyError] = {}
+    outcomes: dict[str, VariantOutcome] = {}
+    plans: list[RefreshPlan] = []
+    collector = _Collector(client, state, store_url)
+    for v in variants:
+        if v.program not in modules:
+            try:
+                modules[v.program] = SemanticModule.from_file(v.program)
+            except AccyError as e:
+                modules[v.program] = e
+        mod = modules[v.program]
+        if isinstance(mod, AccyError):
+            outcomes[v.id] = VariantOutcome(v.id, v.program, "failed", failure={
+                "pipeline": "parse", "pass": "", "message": str(mod), "reproducer": None,
+                "stage": "semantic"})
+            if on_done:
+                on_done(outcomes[v.id])
+            continue
+        try:
+            plans.append(plan_refresh(client, mod, _request(v), state, store_url, gpu))
+        except AccyError as e:
+            outcomes[v.id] = VariantOutcome(v.id, v.program, "failed", failure={
+                "pipeline": "options", "pass": "", "message": str(e), "reproducer": None,
+                "stage": "contract"})
+            if on_done:
+                on_done(outcomes[v.id])
+    distinct = {f.key for p in plans for f in p.futures.values()}
+    by_final: dict[Any, list[RefreshPlan]] = {}
+    for p in plans:
+        if p.fully_reused or p.final is None:
+            outcomes[p.request.variant] = collector.collect(p)
+            if on_done:
+                on_done(outcomes[p.request.variant])
+        else:
+            by_final.setdefault(p.final.key, []).append(p)
+    finals = {p.final.key: p.final for ps in by_final.values() for p in ps}
+    for fut in as_completed(list(finals.values())):
+        for p in by_final[fut.key]:
+            # wait for every future of this plan (an earlier stage may have failed)
+            from distributed import wait
+
+            wait(list(p.futures.values()))
+            outcomes[p.request.variant] = collector.collect(p)
+            if on_done:
+                on_done(outcomes[p.request.variant])
+    ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
+    return BatchResult(ordered, time.perf_counter() - t0, len(distinct), collector.version)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _local_cluster(workers: int, dashboard: str) -> Any:
+    from distributed import LocalCluster
+
+    from accy.distributed import local_cluster_kwargs
+    from accy.executable.device import gpu_available
+
+    kwargs: dict[str, Any] = dict(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=dashboard, **local_cluster_kwargs())
+    if gpu_available():
+        kwargs["resources"] = {"GPU": 1}
+    return LocalCluster(**kwargs)
+
+
+def format_summary(result: BatchResult) -> str:
+    """A small table: per stage, runs and reuses; then the totals."""
+    runs: dict[str, int] = {}
+    reuses: dict[str, int] = {}
+    for o in result.outcomes:
+        for r in o.receipts:
+            if r.skipped:
+                continue
+            (reuses if r.reused else runs)[r.stage] = \
+                (reuses if r.reused else runs).get(r.stage, 0) + 1
+    lines = [f"{'stage':<9} {'ran':>6} {'reused':>7}"]
+    for stage in RECEIPT_ORDER:
+        if stage in runs or stage in reuses:
+            lines.append(f"{stage:<9} {runs.get(stage, 0):>6} {reuses.get(stage, 0):>7}")
+    s = result.report()["summary"]
+    rate = s["variants"] / result.wall_s if result.wall_s > 0 else 0.0
+    lines.append(f"{s['variants']} variants: {s['ok']} ok, {s['failed']} failed; "
+                 f"{s['stage_runs']} stage runs, {s['reuses']} reuses; "
+                 f"{result.wall_s:.2f} s ({rate:.1f} variants/s)")
+    return "\n".join(lines)
+
+
+def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | None,
+               cache: str | None, report: str | None, explain_misses: bool,
+               html: str | None, keep_open: float | None, echo: Callable[[str], None],
+               progress: bool = True) -> int:
+    """``accy batch``: returns the exit code (0 all ok, 1 any failed)."""
+    import sys
+
+    from distributed import Client
+    from tqdm import tqdm
+
+    from accy.distributed.state import unpin
+    from accy.preparation.report import write_report
+    from accy.store import default_store_url
+    from accy.sweep import load_sweeps
+
+    variants = load_sweeps(list(sweeps))
+    if not variants:
+        raise AccyError("the sweep files define no variant")
+    store_url = cache or default_store_url()
+    cluster = None
+    if scheduler:
+        client = Client(scheduler)
+    else:
+        cluster = _local_cluster(workers or 2, ":8787")
+        client = Client(cluster)
+    try:
+        if keep_open is not None:
+            echo(f"dashboard: {client.dashboard_link}")
+            sys.stdout.flush()
+        bar = tqdm(total=len(variants), unit="variant", disable=not progress,
+                   file=sys.stderr, dynamic_ncols=True)
+        failed: list[VariantOutcome] = []
+
+        def done(o: VariantOutcome) -> None:
+            bar.update(1)
+            if o.status != "ok":
+                failed.append(o)
+                bar.write(f"failed: {o.id}: {(o.failure or {}).get('message', '')}",
+                          file=sys.stderr)
+
+        result = run_batch(client, variants, store_url=store_url, on_done=done)
+        bar.close()
+        _record(client, result)
+        echo(format_summary(result))
+        if explain_misses:
+            for o in result.outcomes:
+                for r in o.receipts:
+                    if not r.reused and not r.skipped and r.explain:
+                        echo(f"{o.id} {r.stage}: {r.explain}")
+        for o in failed:
+            f = o.failure or {}
+            echo(f"FAILED {o.id}: {f.get('pipeline')}/{f.get('pass')}: {f.get('message')}"
+                 + (f" (reproducer: {f['reproducer']})" if f.get("reproducer") else ""))
+        data = result.report()
+        if report:
+            write_report(report, data["variants"], data["summary"])
+            echo(f"report: {report}")
+        if html:
+            _write_html(client, result, html)
+            echo(f"html: {html}")
+        if keep_open is not None and cluster is not None:
+            sys.stdout.flush()
+            time.sleep(keep_open)
+        return 1 if result.failed else 0
+    finally:
+        if cluster is not None:
+            try:
+                unpin(client)
+            except Exception:  # noqa: BLE001 - best effort before shutdown
+                pass
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _record(client: Any, result: BatchResult) -> None:
+    """Hand the finished variants to the scheduler plugin (dashboard figures)."""
+    payload = []
+    for o in result.outcomes:
+        d = o.to_json()
+        d["program"] = o.program.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        d["elapsed_ns"] = o.elapsed_ns
+        payload.append(d)
+    try:
+        client.sync(client.scheduler.accy_record_batch, variants=payload)
+    except Exception:  # noqa: BLE001 - an older scheduler without the dashboard handler
+        pass
+
+
+def _write_html(client: Any, result: BatchResult, path: str) -> None:
+    from accy.dashboard.report import write_html_report
+
+    try:
+        snapshot = client.sync(client.scheduler.accy_stages)
+    except Exception:  # noqa: BLE001
+        snapshot = None
+    write_html_report(path, snapshot if snapshot else result.report())

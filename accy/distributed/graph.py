@@ -1,0 +1,362 @@
+"""The refresh graph: one Dask task per stage run.
+
+A refresh of one variant is resolved on the client against the published
+cache state, then submitted:
+
+1. **Short-circuit.** From the semantic fingerprint, the client computes each
+   stage's content key ``H(stage, version, input fingerprint, options)`` and
+   looks it up in the published entries, which record each product's output
+   fingerprint — so the next stage's key follows. The longest published
+   prefix adds no task: the graph depends on the last prefix stage's held key
+   (pinned by the scheduler plugin), or reads its product from the artifact
+   store when it is no longer pinned.
+2. **Submit the rest.** The remaining stages are tasks keyed
+   ``("accy_<stage>", hex)``: the first by its content key, each later one by
+   a derivation key ``H(stage, version, previous task key, options)`` (its
+   input's fingerprint is not known until the previous task has run). Equal
+   keys are equal computations, so identical stage runs across variants and
+   concurrent refreshes are one task. Compile and load follow; for CUDA they
+   are restricted to workers with the ``GPU`` resource when there are any
+   (NVRTC needs no GPU, so without GPU workers CUDA variants still compile
+   anywhere and their load is reported as skipped).
+3. **Early cutoff inside the graph.** A stage task computes its real content
+   key from its input's fingerprint and first looks in the artifact store: a
+   stage whose input did not change after all is read back, not run.
+
+Products travel between workers as msgpack frames (registered serializers);
+the control plane (task specs, small dicts) is Dask's own.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from accy.errors import AccyError
+from accy.preparation.keys import stage_key
+from accy.preparation.options import STAGES, RunOptions
+from accy.preparation.products import Product, SemanticModule
+from accy.preparation.stages import PreparationRequest, StageResult, run_stage
+
+TASK_PREFIX = "accy_"
+
+
+class StageFailed(AccyError):
+    """A stage, compile or load task failed; only plain strings cross the wire."""
+
+    def __init__(self, message: str, stage: str = "", pipeline: str = "", pass_name: str = "",
+                 reproducer: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.pipeline = pipeline
+        self.pass_name = pass_name
+        self.reproducer = reproducer
+
+    def __reduce__(self) -> Any:
+        return (StageFailed, (self.message, self.stage, self.pipeline, self.pass_name,
+                              self.reproducer))
+
+    def failure_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline or self.stage, "pass": self.pass_name,
+                "message": self.message, "reproducer": self.reproducer}
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    """One refresh, as plain data (it rides in task specs)."""
+
+    program: str
+    variant: str
+    target: str = "host"
+    options: dict[str, Any] = field(default_factory=dict)
+    shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def run_options(self) -> RunOptions:
+        return RunOptions.parse(self.target, self.options)
+
+    def preparation_request(self) -> PreparationRequest:
+        return PreparationRequest(source=self.program, variant=self.variant,
+                                  options=self.run_options(), shapes=dict(self.shapes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"program": self.program, "variant": self.variant, "target": self.target,
+                "options": dict(self.options),
+                "shapes": {str(i): list(s) for i, s in self.shapes.items()}}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> VariantRequest:
+        return VariantRequest(d["program"], d["variant"], d["target"], dict(d["options"]),
+                              {int(i): tuple(s) for i, s in d["shapes"].items()})
+
+
+def _reproducer_dir() -> str:
+    return os.environ.get("ACCY_REPRO_DIR") or os.path.join(tempfile.gettempdir(),
+                                                            "accy-reproducers")
+
+
+def _store(url: str | None) -> Any:
+    if url is None:
+        return None
+    from accy.store import ArtifactStore
+
+    return ArtifactStore(url)
+
+
+def _input_product(prev: Any, store: Any) -> Product:
+    if isinstance(prev, StageResult):
+        return prev.product
+    if isinstance(prev, Product):
+        return prev
+    if isinstance(prev, tuple) and prev and prev[0] == "store":
+        data = store.get(prev[1]) if store is not None else None
+        if data is None:
+            raise StageFailed(f"stage product {prev[1][:12]} is neither held nor stored")
+        return StageResult.from_wire(data).product
+    raise TypeError(f"unexpected stage input {type(prev).__name__}")
+
+
+# ------------------------------------------------------------------ worker tasks
+
+
+def stage_task(stage: str, prev: Any, request: dict[str, Any], store_url: str | None) \
+        -> StageResult:
+    """Run (or read back from the store) one stage on a worker."""
+    from accy.choir.passes import Reproducer
+    from accy.errors import PassFailedError
+
+    req = VariantRequest.from_dict(request)
+    store = _store(store_url)
+    product = _input_product(prev, store)
+    preq = req.preparation_request()
+    key = stage_key(stage, product.fingerprint(), preq.options, preq.shapes)
+    if store is not None:
+        t0 = time.perf_counter_ns()
+        data = store.get(key.hex)
+        if data is not None:
+            try:
+                result = StageResult.from_wire(data)
+                result.product.verify()
+                result.origin = "store"
+                result.elapsed_ns = time.perf_counter_ns() - t0
+                return result
+            except AccyError:
+                store.delete(key.hex)  # a corrupt entry is a miss: recompute below
+    try:
+        result = run_stage(stage, product, preq, key)
+    except PassFailedError as e:
+        repro = e.reproducer
+        path = repro.write(_reproducer_dir(), f"accy-repro-{stage}-{key.hex[:16]}.mlir") \
+            if isinstance(repro, Reproducer) else None
+        raise StageFailed(str(e), stage, stage, getattr(repro, "pass_name", ""), path) from None
+    except AccyError as e:
+        raise StageFailed(str(e), stage, stage) from None
+    if store is not None:
+        store.put(key.hex, result.to_wire(), kind=stage)
+    return result
+
+
+def compile_task(prev: StageResult, request: dict[str, Any], store_url: str | None) -> Any:
+    """Compile the target product (or read the binary back by compile key)."""
+    from accy.executable.compile import CompiledFragment, compile_fragment, compile_key
+
+    store = _store(store_url)
+    job = prev.product
+    key = compile_key(job)  # type: ignore[arg-type]
+    if store is not None:
+        t0 = time.perf_counter_ns()
+        data = store.get(key.hex)
+        if data is not None:
+            try:
+                compiled = CompiledFragment.from_wire(data)
+                compiled.meta["origin"] = "store"
+                compiled.elapsed_ns = time.perf_counter_ns() - t0
+                return compiled
+            except AccyError:
+                store.delete(key.hex)
+    try:
+        compiled = compile_fragment(job, os.path.join(tempfile.gettempdir(), "accy-fragments"),
+                                    key)  # type: ignore[arg-type]
+    except AccyError as e:
+        raise StageFailed(str(e), "compile", "compile", "", getattr(e, "source_path", None)) \
+            from None
+    if store is not None:
+        store.put(key.hex, compiled.to_wire(), kind="fragment")
+    return compiled
+
+
+def load_task(compiled: Any) -> dict[str, Any]:
+    """Load the fragment into this worker process; return a small descriptor."""
+    from distributed import get_worker
+
+    from accy.executable.fragment import load_fragment
+
+    t0 = time.perf_counter_ns()
+    try:
+        _, reused = load_fragment(compiled)
+    except AccyError as e:
+        raise StageFailed(str(e), "load", "load") from None
+    try:
+        worker = get_worker().address
+    except ValueError:
+        worker = ""
+    return {"worker": worker, "key": compiled.key.hex, "reused": reused,
+            "elapsed_ns": time.perf_counter_ns() - t0, "launches": len(compiled.plan.launches),
+            "target": compiled.plan.target}
+
+
+def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:
+    """Run a loaded fragment on this worker (loading it again if this process lost it)."""
+    import numpy as np
+
+    from accy.executable.fragment import load_fragment
+
+    loaded, _ = load_fragment(compiled)
+    return [np.asarray(r) if not hasattr(r, "get") else r.get() for r in loaded(*inputs)]
+
+
+# ----------------------------------------------------------------- client side
+
+
+@dataclass
+class Resolved:
+    """A stage whose product the published state already holds."""
+
+    stage: str
+    key: str
+    entry: dict[str, Any]
+    elapsed_ns: int
+
+
+@dataclass
+class RefreshPlan:
+    """One variant's refresh: the reused prefix and the futures of what runs."""
+
+    request: VariantRequest
+    semantic_fingerprint: str
+    resolved: list[Resolved]
+    futures: dict[str, Any]
+    """Stage (``contract`` … ``target``, ``compile``, ``load``) → Dask future."""
+    task_keys: dict[str, tuple[str, str]]
+    compile_entry_key: str
+    load_skipped: str | None = None
+    fully_reused: bool = False
+    compile_future: Any = None
+    """The compile result: a new task's future, or the held key of a published compile."""
+
+    @property
+    def final(self) -> Any:
+        for stage in ("load", "compile", *reversed(STAGES)):
+            if stage in self.futures:
+                return self.futures[stage]
+        return None
+
+
+def scatter_module(client: Any, module: SemanticModule) -> Any:
+    """The program as data on the cluster (msgpack frames), keyed by its fingerprint.
+
+    Task specs are pickled by Dask, and products refuse pickling: the module
+    enters the graph as scattered data instead of a literal argument.
+    """
+    key = f"{TASK_PREFIX}semantic-{module.fingerprint()}"
+    return client.scatter({key: module}, hash=False)[key]
+
+
+def has_gpu_workers(client: Any) -> bool:
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers)
+
+
+def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
+                 state: dict[str, Any], store_url: str | None, gpu_workers: bool) -> RefreshPlan:
+    """Resolve the published prefix and submit the remaining stage tasks."""
+    from distributed import Future
+
+    t0 = time.perf_counter_ns()
+    options = request.run_options()
+    shapes = dict(request.shapes)
+    entries = state.get("entries", {})
+    fp = module.fingerprint()
+    resolved: list[Resolved] = []
+    for stage in STAGES:
+        k = stage_key(stage, fp, options, shapes)
+        entry = entries.get(k.hex)
+        if entry is None or not entry.get("fingerprint"):
+            break
+        resolved.append(Resolved(stage, k.hex, entry, 0))
+        fp = entry["fingerprint"]
+    elapsed = time.perf_counter_ns() - t0
+    for r in resolved:
+        r.elapsed_ns = elapsed // max(len(resolved), 1)
+
+    rd = request.to_dict()
+    futures: dict[str, Any] = {}
+    task_keys: dict[str, tuple[str, str]] = {}
+    prev: Any = None
+    chain = fp  # what the next key derives from: a fingerprint, then task keys
+    if resolved:
+        last = resolved[-1]
+        tk = tuple(last.entry.get("task_key") or ())
+        if last.entry.get("pinned") and len(tk) == 2:
+            prev = Future(tk, client=client)  # the held key: no task for the prefix
+        else:
+            prev = ("store", last.key)
+    elif len(resolved) < len(STAGES):
+        prev = scatter_module(client, module)
+    for stage in STAGES[len(resolved):]:
+        dk = stage_key(stage, chain, options, shapes).hex
+        key = (f"{TASK_PREFIX}{stage}", dk)
+        fut = client.submit(stage_task, stage, prev, rd, store_url, key=key, pure=False)
+        futures[stage] = fut
+        task_keys[stage] = key
+        prev, chain = fut, dk
+
+    cuda = request.target != "host"
+    resources = {"GPU": 1} if cuda and gpu_workers else None
+    target_key = resolved[-1].key if len(resolved) == len(STAGES) else task_keys["target"][1]
+    compile_entry_key = _derive("compile", target_key, request)
+    centry = entries.get(compile_entry_key)
+    variant_entry = state.get("variants", {}).get(request.variant) or {}
+    descriptor = variant_entry.get("fragment") or {}
+    load_skipped = "no GPU" if cuda and not gpu_workers else None
+    if (len(resolved) == len(STAGES) and centry and centry.get("pinned")
+            and (load_skipped or (descriptor.get("key") == centry.get("key")
+                                  and _worker_alive(client, descriptor.get("worker"))))):
+        return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, compile_entry_key,
+                           load_skipped, fully_reused=True)
+    if centry and centry.get("pinned") and "target" not in futures:
+        cfut = Future(tuple(centry["task_key"]), client=client)
+        ckey = tuple(centry["task_key"])
+    else:
+        ckey = (f"{TASK_PREFIX}compile", _derive("compile", chain if "target" in futures
+                                                   else target_key, request))
+        cfut = client.submit(compile_task, prev, rd, store_url, key=ckey, pure=False,
+                             resources=resources)
+        futures["compile"] = cfut
+    task_keys["compile"] = ckey  # type: ignore[assignment]
+    if load_skipped is None:
+        lkey = (f"{TASK_PREFIX}load", _derive("load", ckey[1], request))
+        futures["load"] = client.submit(load_task, cfut, key=lkey, pure=False,
+                                        resources=resources)
+        task_keys["load"] = lkey
+    plan = RefreshPlan(request, module.fingerprint(), resolved, futures, task_keys,
+                       compile_entry_key, load_skipped)
+    plan.compile_future = cfut
+    return plan
+
+
+def _derive(stage: str, input_hex: str, request: VariantRequest) -> str:
+    import hashlib
+    import json
+
+    text = json.dumps({"stage": stage, "input": input_hex, "target": request.target},
+                      sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _worker_alive(client: Any, address: str | None) -> bool:
+    if not address:
+        return False
+    return address in client.scheduler_info(n_workers=-1)["workers"]
