@@ -46,6 +46,9 @@ class VariantOutcome:
     receipts: list[Receipt] = field(default_factory=list)
     failure: dict[str, Any] | None = None
     fragment: dict[str, Any] | None = None
+    """The load descriptor (worker, compile key) when the fragment was loaded."""
+    compile_task: list[Any] | None = None
+    """The Dask key holding the compiled fragment (to run it on the loading worker)."""
     elapsed_ns: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -149,6 +152,9 @@ class _Collector:
                                             int(value["elapsed_ns"])))
         if out.status == "ok":
             entries = self.state.get("entries", {})
+            ctk = plan.task_keys.get("compile") or \
+                (entries.get(plan.compile_entry_key) or {}).get("task_key")
+            out.compile_task = list(ctk) if ctk else None
             if "compile" not in futures:  # a published compile: its held key, or all reused
                 centry = entries.get(plan.compile_entry_key) or {}
                 out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
