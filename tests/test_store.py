@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 import dask.config
 import pytest
 
-from accy.distributed.store import (
+from accy.errors import StoreError
+from accy.store import (
     ArtifactStore,
     decode_entry,
     default_store_url,
     encode_entry,
 )
-from accy.errors import StoreError
 
 
 def key(i: int) -> str:

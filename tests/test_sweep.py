@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from accy.distributed.sweep import Variant, load_sweep, load_sweeps
 from accy.errors import SweepError
 from accy.preparation.options import RunOptions
+from accy.sweep import Variant, load_sweep, load_sweeps
 
 INTERFACE_EXAMPLE = """\
 # graphs/sweeps/softmax.yaml — paths are relative to this file
