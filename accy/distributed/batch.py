@@ -232,6 +232,7 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     modules: dict[str, SemanticModule | AccyError] = {}
     outcomes: dict[str, VariantOutcome] = {}
     plans: list[RefreshPlan] = []
+    scattered: dict[str, Any] = {}
     collector = _Collector(client, state, store_url)
     for v in variants:
         if v.program not in modules:
@@ -248,7 +249,8 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
                 on_done(outcomes[v.id])
             continue
         try:
-            plans.append(plan_refresh(client, mod, _request(v), state, store_url, gpu))
+            plans.append(plan_refresh(client, mod, _request(v), state, store_url, gpu,
+                                      scattered))
         except AccyError as e:
             outcomes[v.id] = VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "options", "pass": "", "message": str(e), "reproducer": None,

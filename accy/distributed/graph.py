@@ -260,7 +260,11 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     Task specs are pickled by Dask, and products refuse pickling: the module
     enters the graph as scattered data instead of a literal argument.
     """
-    key = f"{TASK_PREFIX}semantic-{module.fingerprint()}"
+    import uuid
+
+    # A fresh key each time: re-scattering a key the scheduler is still
+    # releasing would cancel the tasks that depend on it.
+    key = f"{TASK_PREFIX}semantic-{module.fingerprint()}-{uuid.uuid4().hex[:8]}"
     return client.scatter({key: module}, hash=False)[key]
 
 
@@ -270,8 +274,13 @@ def has_gpu_workers(client: Any) -> bool:
 
 
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
-                 state: dict[str, Any], store_url: str | None, gpu_workers: bool) -> RefreshPlan:
-    """Resolve the published prefix and submit the remaining stage tasks."""
+                 state: dict[str, Any], store_url: str | None, gpu_workers: bool,
+                 scattered: dict[str, Any] | None = None) -> RefreshPlan:
+    """Resolve the published prefix and submit the remaining stage tasks.
+
+    ``scattered`` caches the program's scattered data per fingerprint across
+    the variants of one batch.
+    """
     from distributed import Future
 
     t0 = time.perf_counter_ns()
@@ -304,7 +313,10 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         else:
             prev = ("store", last.key)
     elif len(resolved) < len(STAGES):
-        prev = scatter_module(client, module)
+        cache = scattered if scattered is not None else {}
+        if module.fingerprint() not in cache:
+            cache[module.fingerprint()] = scatter_module(client, module)
+        prev = cache[module.fingerprint()]
     for stage in STAGES[len(resolved):]:
         dk = stage_key(stage, chain, options, shapes).hex
         key = (f"{TASK_PREFIX}{stage}", dk)
