@@ -72,7 +72,12 @@ def measure(workers: int, vs: list, target: str) -> dict:  # type: ignore[type-a
                   dashboard_address=":0", **local_cluster_kwargs())
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
-    with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
+    import dask.config
+
+    from accy.distributed.batch import LOCAL_CONFIG
+
+    with dask.config.set(LOCAL_CONFIG), LocalCluster(**kwargs) as cluster, \
+            Client(cluster) as client:
         client.wait_for_workers(workers)
         rt = trivial_round_trip(client)
         first = run_batch(client, vs, store_url=store)

@@ -105,8 +105,9 @@ class _Collector:
         self.claimed: set[Any] = set()
         self.version = int(state.get("version", 0))
 
-    def collect(self, plan: RefreshPlan) -> VariantOutcome:
-        t0 = time.perf_counter_ns()
+    def collect(self, plan: RefreshPlan, summary: dict[str, Any] | None,
+                error: BaseException | None) -> tuple[VariantOutcome, dict[str, Any] | None]:
+        """The variant's outcome, and (when it succeeded) what it publishes."""
         req = plan.request
         out = VariantOutcome(req.variant, req.program, "ok")
         old_fields = ((self.state.get("variants", {}).get(req.variant) or {}).get("fields")
@@ -114,48 +115,49 @@ class _Collector:
         for r in plan.resolved:
             out.receipts.append(Receipt(r.stage, r.key, True, r.elapsed_ns,
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
-        futures = plan.futures
-        order = [s for s in (*STAGES, "compile", "load") if s in futures]
-        done = {s: f for s, f in futures.items() if f.status == "finished"}
-        values = dict(zip(done, self.client.gather(list(done.values())))) if done else {}
-        results: dict[str, Any] = {}
-        for stage in order:
-            fut = futures[stage]
-            if stage not in values:
-                exc = fut.exception()
-                out.status = "failed"
-                out.failure = _failure_of(exc, stage)
-                break
-            value = values[stage]
-            results[stage] = value
-            shared = fut.key in self.claimed
-            self.claimed.add(fut.key)
+        if error is not None:
+            summary = self._partial(plan)
+            failed_stage = next((s for s in (*STAGES, "compile", "load")
+                                 if s in plan.futures and s not in summary), "")
+            out.status = "failed"
+            out.failure = _failure_of(error, failed_stage)
+        summary = summary or {}
+        for stage in (s for s in (*STAGES, "compile", "load") if s in summary):
+            value = summary[stage]
+            tk = plan.task_keys[stage]
+            shared = tk in self.claimed
+            self.claimed.add(tk)
             if stage in STAGES:
-                if value.origin == "store":
-                    out.receipts.append(Receipt.reuse(value, value.elapsed_ns, "store"))
+                if value["origin"] == "store":
+                    out.receipts.append(Receipt(stage, value["key"], True, value["elapsed_ns"],
+                                                value["plan_fingerprint"], source="store"))
                 elif shared:
-                    out.receipts.append(Receipt.reuse(value, 0, "cluster"))
+                    out.receipts.append(Receipt(stage, value["key"], True, 0,
+                                                value["plan_fingerprint"], source="cluster"))
                 else:
-                    why = explain(StageKey(value.key.hex, value.key.fields),
-                                  old_fields.get(stage))
-                    out.receipts.append(Receipt.ran(value, why))
+                    why = explain(StageKey(value["key"], value["fields"]), old_fields.get(stage))
+                    out.receipts.append(Receipt(stage, value["key"], False, value["elapsed_ns"],
+                                                value["plan_fingerprint"], value["pass_stats"],
+                                                explain=why, pass_ns=value["pass_ns"]))
             elif stage == "compile":
-                origin = value.meta.get("origin")
-                reused = origin == "store" or shared
+                reused = value["origin"] == "store" or shared
                 out.receipts.append(Receipt(
-                    "compile", value.key.hex, reused, 0 if shared else value.elapsed_ns,
-                    source=("store" if origin == "store" else "cluster") if reused else None,
-                    pass_stats={} if reused else {"compile": {"binary_bytes": len(value.binary)}}))
-            else:  # load
+                    "compile", value["key"], reused, 0 if shared else value["elapsed_ns"],
+                    source=("store" if value["origin"] == "store" else "cluster") if reused
+                    else None,
+                    pass_stats={} if reused else {"compile": {
+                        "binary_bytes": value["binary_bytes"]}}))
+            else:
                 out.fragment = value
                 out.receipts.append(Receipt("load", value["key"], bool(value["reused"]),
                                             int(value["elapsed_ns"])))
+        publication = None
         if out.status == "ok":
             entries = self.state.get("entries", {})
             ctk = plan.task_keys.get("compile") or \
                 (entries.get(plan.compile_entry_key) or {}).get("task_key")
             out.compile_task = list(ctk) if ctk else None
-            if "compile" not in futures:  # a published compile: its held key, or all reused
+            if "compile" not in plan.futures:  # a published compile: held key, or all reused
                 centry = entries.get(plan.compile_entry_key) or {}
                 out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
                                             source="cluster"))
@@ -168,13 +170,25 @@ class _Collector:
                 ckey = next((r.key for r in out.receipts if r.stage == "compile"), "")
                 out.receipts.append(Receipt("load", ckey, False, 0, skipped=plan.load_skipped))
             if not plan.fully_reused:
-                self.publish(plan, results, out)
+                publication = self.publication(plan, summary, out)
         out.receipts.sort(key=lambda r: RECEIPT_ORDER.index(r.stage))
-        out.elapsed_ns = time.perf_counter_ns() - t0 + sum(r.elapsed_ns for r in out.receipts)
-        return out
+        out.elapsed_ns = sum(r.elapsed_ns for r in out.receipts)
+        return out, publication
 
-    def publish(self, plan: RefreshPlan, results: dict[str, Any], out: VariantOutcome) -> None:
-        from accy.distributed.state import publish_with_merge
+    def _partial(self, plan: RefreshPlan) -> dict[str, Any]:
+        """Receipt fields of the stages that finished before a failure."""
+        from accy.distributed.graph import summarize_task
+
+        done = [s for s in (*STAGES, "compile", "load")
+                if s in plan.futures and plan.futures[s].status == "finished"]
+        if not done:
+            return {}
+        values = self.client.gather([plan.futures[s] for s in done])
+        return summarize_task(done, *values)
+
+    def publication(self, plan: RefreshPlan, summary: dict[str, Any],
+                    out: VariantOutcome) -> dict[str, Any]:
+        from accy.distributed.graph import _derive
 
         entries: dict[str, Any] = {}
         fields: dict[str, Any] = {}
@@ -185,27 +199,25 @@ class _Collector:
             if r.entry.get("task_key"):
                 keys.append(list(r.entry["task_key"]))
         for stage in STAGES:
-            res = results.get(stage)
-            if res is None:
+            value = summary.get(stage)
+            if value is None:
                 continue
             tk = list(plan.task_keys[stage])
-            entries[res.key.hex] = {
-                "stage": stage, "task_key": tk, "fingerprint": res.product.fingerprint(),
-                "plan_fingerprint": res.plan_fingerprint, "elapsed_ns": res.elapsed_ns,
-                "fields": res.key.fields, "stored": self.store_url is not None}
-            fields[stage] = res.key.fields
-            stage_keys[stage] = res.key.hex
+            entries[value["key"]] = {
+                "stage": stage, "task_key": tk, "fingerprint": value["fingerprint"],
+                "plan_fingerprint": value["plan_fingerprint"],
+                "elapsed_ns": value["elapsed_ns"], "fields": value["fields"],
+                "stored": self.store_url is not None}
+            fields[stage] = value["fields"]
+            stage_keys[stage] = value["key"]
             keys.append(tk)
-        compiled = results.get("compile")
+        compiled = summary.get("compile")
         ckey = plan.task_keys.get("compile")
         if compiled is not None and ckey is not None:
-            target_key = stage_keys.get("target", "")
-            from accy.distributed.graph import _derive
-
-            entry_key = _derive("compile", target_key, plan.request)
+            entry_key = _derive("compile", stage_keys.get("target", ""), plan.request)
             entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
-                                  "key": compiled.key.hex, "fingerprint": compiled.key.hex,
-                                  "elapsed_ns": compiled.elapsed_ns,
+                                  "key": compiled["key"], "fingerprint": compiled["key"],
+                                  "elapsed_ns": compiled["elapsed_ns"],
                                   "stored": self.store_url is not None}
             keys.append(list(ckey))
         if "load" in plan.task_keys:
@@ -213,20 +225,42 @@ class _Collector:
         variants = {plan.request.variant: {
             "program": plan.request.program, "target": plan.request.target,
             "keys": stage_keys, "fields": fields, "fragment": out.fragment}}
+        return {"entries": entries, "variants": variants, "keys": keys}
+
+    def publish(self, publications: list[dict[str, Any]]) -> None:
+        """One compare-and-swap for several finished variants (each complete)."""
+        from accy.distributed.state import publish_with_merge
+
+        if not publications:
+            return
+        entries: dict[str, Any] = {}
+        variants: dict[str, Any] = {}
+        keys: list[Any] = []
+        for p in publications:
+            entries.update(p["entries"])
+            variants.update(p["variants"])
+            keys.extend(p["keys"])
         reply = publish_with_merge(self.client, entries, variants, keys)
         self.version = int(reply.get("version", self.version))
 
 
 def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None = None,
               on_done: Callable[[VariantOutcome], None] | None = None) -> BatchResult:
-    """Refresh every variant on ``client``'s cluster; publish each success atomically."""
+    """Refresh every variant on ``client``'s cluster; publish each success atomically.
+
+    Variants that finish together are published in one compare-and-swap (each
+    complete: a variant is published only when all its stages, its compile
+    and its load succeeded).
+    """
     from distributed import as_completed
 
     from accy.distributed import ensure_plugin
     from accy.distributed.state import fetch_state
 
     t0 = time.perf_counter()
-    ensure_plugin(client)
+    if not getattr(client, "_accy_plugin_checked", False):
+        ensure_plugin(client)
+        client._accy_plugin_checked = True
     state = fetch_state(client)
     gpu = has_gpu_workers(client)
     modules: dict[str, SemanticModule | AccyError] = {}
@@ -234,6 +268,12 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     plans: list[RefreshPlan] = []
     scattered: dict[str, Any] = {}
     collector = _Collector(client, state, store_url)
+
+    def finish(o: VariantOutcome) -> None:
+        outcomes[o.id] = o
+        if on_done:
+            on_done(o)
+
     for v in variants:
         if v.program not in modules:
             try:
@@ -242,40 +282,41 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
                 modules[v.program] = e
         mod = modules[v.program]
         if isinstance(mod, AccyError):
-            outcomes[v.id] = VariantOutcome(v.id, v.program, "failed", failure={
+            finish(VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "parse", "pass": "", "message": str(mod), "reproducer": None,
-                "stage": "semantic"})
-            if on_done:
-                on_done(outcomes[v.id])
+                "stage": "semantic"}))
             continue
         try:
             plans.append(plan_refresh(client, mod, _request(v), state, store_url, gpu,
                                       scattered))
         except AccyError as e:
-            outcomes[v.id] = VariantOutcome(v.id, v.program, "failed", failure={
+            finish(VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "options", "pass": "", "message": str(e), "reproducer": None,
-                "stage": "contract"})
-            if on_done:
-                on_done(outcomes[v.id])
+                "stage": "contract"}))
     distinct = {f.key for p in plans for f in p.futures.values()}
-    by_final: dict[Any, list[RefreshPlan]] = {}
+    pending: dict[Any, RefreshPlan] = {}
+    publications = []
     for p in plans:
-        if p.fully_reused or p.final is None:
-            outcomes[p.request.variant] = collector.collect(p)
-            if on_done:
-                on_done(outcomes[p.request.variant])
+        if p.summary is None:
+            o, pub = collector.collect(p, {}, None)
+            finish(o)
+            if pub:
+                publications.append(pub)
         else:
-            by_final.setdefault(p.final.key, []).append(p)
-    finals = {p.final.key: p.final for ps in by_final.values() for p in ps}
-    for fut in as_completed(list(finals.values())):
-        for p in by_final[fut.key]:
-            # wait for every future of this plan (an earlier stage may have failed)
-            from distributed import wait
-
-            wait(list(p.futures.values()))
-            outcomes[p.request.variant] = collector.collect(p)
-            if on_done:
-                on_done(outcomes[p.request.variant])
+            pending[p.summary.key] = p
+    collector.publish(publications)
+    for done in as_completed([p.summary for p in pending.values()]).batches():
+        ok = [f for f in done if f.status == "finished"]
+        summaries = dict(zip((f.key for f in ok), client.gather(ok))) if ok else {}
+        publications = []
+        for f in done:
+            p = pending[f.key]
+            err = None if f.key in summaries else f.exception()
+            o, pub = collector.collect(p, summaries.get(f.key), err)
+            if pub:
+                publications.append(pub)
+            finish(o)
+        collector.publish(publications)
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
     return BatchResult(ordered, time.perf_counter() - t0, len(distinct), collector.version)
 
@@ -283,7 +324,12 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
 # ---------------------------------------------------------------- the command
 
 
+LOCAL_CONFIG = {"distributed.scheduler.worker-saturation": "inf"}
+"""Stage tasks take milliseconds: queueing them on the scheduler triples their overhead."""
+
+
 def _local_cluster(workers: int, dashboard: str) -> Any:
+    import dask.config
     from distributed import LocalCluster
 
     from accy.distributed import local_cluster_kwargs
@@ -293,7 +339,8 @@ def _local_cluster(workers: int, dashboard: str) -> Any:
                                   dashboard_address=dashboard, **local_cluster_kwargs())
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
-    return LocalCluster(**kwargs)
+    with dask.config.set(LOCAL_CONFIG):
+        return LocalCluster(**kwargs)
 
 
 def format_summary(result: BatchResult) -> str:

@@ -207,6 +207,27 @@ def load_task(compiled: Any) -> dict[str, Any]:
             "target": compiled.plan.target}
 
 
+def summarize_task(stages: list[str], *values: Any) -> dict[str, Any]:
+    """What the client needs of a finished refresh (receipt fields, fingerprints).
+
+    The products stay on the workers: the client gathers this small dict.
+    """
+    out: dict[str, Any] = {}
+    for stage, v in zip(stages, values):
+        if stage in STAGES:
+            out[stage] = {"key": v.key.hex, "fields": v.key.fields, "origin": v.origin,
+                          "elapsed_ns": v.elapsed_ns, "pass_stats": v.pass_stats,
+                          "pass_ns": v.pass_ns, "plan_fingerprint": v.plan_fingerprint,
+                          "fingerprint": v.product.fingerprint()}
+        elif stage == "compile":
+            out[stage] = {"key": v.key.hex, "origin": v.meta.get("origin"),
+                          "elapsed_ns": v.elapsed_ns, "binary_bytes": len(v.binary),
+                          "target": v.plan.target}
+        else:
+            out[stage] = dict(v)
+    return out
+
+
 def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:
     """Run a loaded fragment on this worker (loading it again if this process lost it)."""
     import numpy as np
@@ -245,13 +266,9 @@ class RefreshPlan:
     fully_reused: bool = False
     compile_future: Any = None
     """The compile result: a new task's future, or the held key of a published compile."""
+    summary: Any = None
+    """A small task gathering the receipt fields of every submitted stage."""
 
-    @property
-    def final(self) -> Any:
-        for stage in ("load", "compile", *reversed(STAGES)):
-            if stage in self.futures:
-                return self.futures[stage]
-        return None
 
 
 def scatter_module(client: Any, module: SemanticModule) -> Any:
@@ -356,6 +373,11 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     plan = RefreshPlan(request, module.fingerprint(), resolved, futures, task_keys,
                        compile_entry_key, load_skipped)
     plan.compile_future = cfut
+    order = [s for s in (*STAGES, "compile", "load") if s in futures]
+    skey = (f"{TASK_PREFIX}summary", _derive("summary", "|".join(
+        str(task_keys[s]) for s in order), VariantRequest("", request.variant, request.target)))
+    plan.summary = client.submit(summarize_task, order, *[futures[s] for s in order],
+                                 key=skey, pure=False)
     return plan
 
 
