@@ -48,7 +48,7 @@ def run(client: Any, outcome: VariantOutcome, *arrays: Any) -> list[Any]:
     """
     from distributed import Future
 
-    from accy.distributed.graph import TASK_PREFIX, has_gpu_workers, run_task
+    from accy.distributed.graph import TASK_PREFIX, run_task
 
     if outcome.status != "ok":
         raise AccyError(f"variant {outcome.id} did not refresh successfully")
@@ -59,7 +59,8 @@ def run(client: Any, outcome: VariantOutcome, *arrays: Any) -> list[Any]:
     workers = client.scheduler_info(n_workers=-1)["workers"]
     cuda = not str(desc.get("target", "host")).startswith("host") if desc else \
         outcome.id.find("target=cuda") >= 0
-    if cuda and not has_gpu_workers(client):
+    gpu = any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
+    if cuda and not gpu:
         raise AccyError(f"variant {outcome.id} is a CUDA fragment and the cluster has no GPU "
                         f"worker")
     kwargs: dict[str, Any] = {"pure": False, "key": f"{TASK_PREFIX}run-{id(arrays):x}"}

@@ -25,8 +25,9 @@ from accy.distributed.graph import (
     RefreshPlan,
     StageFailed,
     VariantRequest,
-    has_gpu_workers,
     plan_refresh,
+    resolution_request,
+    resolve_many,
 )
 from accy.errors import AccyError
 from accy.preparation.keys import StageKey, explain
@@ -98,20 +99,19 @@ def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
 class _Collector:
     """Turns finished plans into receipts and publishes them."""
 
-    def __init__(self, client: Any, state: dict[str, Any], store_url: str | None) -> None:
+    def __init__(self, client: Any, version: int, store_url: str | None) -> None:
         self.client = client
-        self.state = state
         self.store_url = store_url
         self.claimed: set[Any] = set()
-        self.version = int(state.get("version", 0))
+        self.version = version
 
     def collect(self, plan: RefreshPlan, summary: dict[str, Any] | None,
                 error: BaseException | None) -> tuple[VariantOutcome, dict[str, Any] | None]:
         """The variant's outcome, and (when it succeeded) what it publishes."""
         req = plan.request
         out = VariantOutcome(req.variant, req.program, "ok")
-        old_fields = ((self.state.get("variants", {}).get(req.variant) or {}).get("fields")
-                      or {})
+        record = plan.resolution.get("variant") or {}
+        old_fields = record.get("fields") or {}
         for r in plan.resolved:
             out.receipts.append(Receipt(r.stage, r.key, True, r.elapsed_ns,
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
@@ -153,16 +153,14 @@ class _Collector:
                                             int(value["elapsed_ns"])))
         publication = None
         if out.status == "ok":
-            entries = self.state.get("entries", {})
-            ctk = plan.task_keys.get("compile") or \
-                (entries.get(plan.compile_entry_key) or {}).get("task_key")
+            centry = plan.resolution.get("compile") or {}
+            ctk = plan.task_keys.get("compile") or centry.get("task_key")
             out.compile_task = list(ctk) if ctk else None
             if "compile" not in plan.futures:  # a published compile: held key, or all reused
-                centry = entries.get(plan.compile_entry_key) or {}
                 out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
                                             source="cluster"))
             if plan.fully_reused and plan.load_skipped is None:
-                desc = (self.state.get("variants", {}).get(req.variant) or {}).get("fragment")
+                desc = record.get("fragment")
                 out.fragment = desc
                 out.receipts.append(Receipt("load", (desc or {}).get("key", ""), True, 0,
                                             source="cluster"))
@@ -188,7 +186,7 @@ class _Collector:
 
     def publication(self, plan: RefreshPlan, summary: dict[str, Any],
                     out: VariantOutcome) -> dict[str, Any]:
-        from accy.distributed.graph import _derive
+        from accy.distributed.resolve import derive
 
         entries: dict[str, Any] = {}
         fields: dict[str, Any] = {}
@@ -214,7 +212,7 @@ class _Collector:
         compiled = summary.get("compile")
         ckey = plan.task_keys.get("compile")
         if compiled is not None and ckey is not None:
-            entry_key = _derive("compile", stage_keys.get("target", ""), plan.request)
+            entry_key = derive("compile", stage_keys.get("target", ""), plan.request.target)
             entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
                                   "key": compiled["key"], "fingerprint": compiled["key"],
                                   "elapsed_ns": compiled["elapsed_ns"],
@@ -255,25 +253,22 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     from distributed import as_completed
 
     from accy.distributed import ensure_plugin
-    from accy.distributed.state import fetch_state
 
     t0 = time.perf_counter()
     if not getattr(client, "_accy_plugin_checked", False):
         ensure_plugin(client)
         client._accy_plugin_checked = True
-    state = fetch_state(client)
-    gpu = has_gpu_workers(client)
     modules: dict[str, SemanticModule | AccyError] = {}
     outcomes: dict[str, VariantOutcome] = {}
     plans: list[RefreshPlan] = []
     scattered: dict[str, Any] = {}
-    collector = _Collector(client, state, store_url)
 
     def finish(o: VariantOutcome) -> None:
         outcomes[o.id] = o
         if on_done:
             on_done(o)
 
+    todo: list[tuple[Variant, SemanticModule]] = []
     for v in variants:
         if v.program not in modules:
             try:
@@ -287,12 +282,20 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
                 "stage": "semantic"}))
             continue
         try:
-            plans.append(plan_refresh(client, mod, _request(v), state, store_url, gpu,
-                                      scattered))
+            _request(v).run_options()
         except AccyError as e:
             finish(VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "options", "pass": "", "message": str(e), "reproducer": None,
                 "stage": "contract"}))
+            continue
+        todo.append((v, mod))
+    # one round trip: the scheduler resolves every variant's published prefix
+    answer = resolve_many(client, [resolution_request(m, _request(v)) for v, m in todo])
+    collector = _Collector(client, int(answer.get("version", 0)), store_url)
+    gpu = bool(answer.get("gpu_workers"))
+    for (v, mod), resolution in zip(todo, answer["results"]):
+        plans.append(plan_refresh(client, mod, _request(v), resolution, store_url, gpu,
+                                  scattered))
     distinct = {f.key for p in plans for f in p.futures.values()}
     pending: dict[Any, RefreshPlan] = {}
     publications = []

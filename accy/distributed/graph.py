@@ -35,8 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from accy.distributed.resolve import derive
 from accy.errors import AccyError
-from accy.preparation.keys import stage_key
+from accy.preparation.keys import key_template, stage_key
 from accy.preparation.options import STAGES, RunOptions
 from accy.preparation.products import Product, SemanticModule
 from accy.preparation.stages import PreparationRequest, StageResult, run_stage
@@ -264,6 +265,8 @@ class RefreshPlan:
     compile_entry_key: str
     load_skipped: str | None = None
     fully_reused: bool = False
+    resolution: dict[str, Any] = field(default_factory=dict)
+    """The scheduler's answer for this variant: prefix, compile entry, variant record."""
     compile_future: Any = None
     """The compile result: a new task's future, or the held key of a published compile."""
     summary: Any = None
@@ -285,38 +288,30 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     return client.scatter({key: module}, hash=False)[key]
 
 
-def has_gpu_workers(client: Any) -> bool:
-    workers = client.scheduler_info(n_workers=-1)["workers"].values()
-    return any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers)
+def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[str, Any]:
+    """What the scheduler needs to resolve this variant's published prefix."""
+    options = request.run_options()
+    return {"semantic": module.fingerprint(), "variant": request.variant,
+            "target": request.target,
+            "stages": [key_template(s, options, request.shapes) for s in STAGES]}
 
 
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
-                 state: dict[str, Any], store_url: str | None, gpu_workers: bool,
+                 resolution: dict[str, Any], store_url: str | None, gpu_workers: bool,
                  scattered: dict[str, Any] | None = None) -> RefreshPlan:
-    """Resolve the published prefix and submit the remaining stage tasks.
+    """Short-circuit the resolved prefix and submit the remaining stage tasks.
 
-    ``scattered`` caches the program's scattered data per fingerprint across
-    the variants of one batch.
+    ``resolution`` is this variant's answer from
+    :func:`accy.distributed.resolve.resolve` (run by the scheduler plugin);
+    ``scattered`` caches the program's scattered data across one batch.
     """
     from distributed import Future
 
-    t0 = time.perf_counter_ns()
     options = request.run_options()
     shapes = dict(request.shapes)
-    entries = state.get("entries", {})
-    fp = module.fingerprint()
-    resolved: list[Resolved] = []
-    for stage in STAGES:
-        k = stage_key(stage, fp, options, shapes)
-        entry = entries.get(k.hex)
-        if entry is None or not entry.get("fingerprint"):
-            break
-        resolved.append(Resolved(stage, k.hex, entry, 0))
-        fp = entry["fingerprint"]
-    elapsed = time.perf_counter_ns() - t0
-    for r in resolved:
-        r.elapsed_ns = elapsed // max(len(resolved), 1)
-
+    resolved = [Resolved(r["stage"], r["key"], r["entry"], 0)
+                for r in resolution.get("resolved", [])]
+    fp = resolved[-1].entry["fingerprint"] if resolved else module.fingerprint()
     rd = request.to_dict()
     futures: dict[str, Any] = {}
     task_keys: dict[str, tuple[str, str]] = {}
@@ -329,7 +324,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
             prev = Future(tk, client=client)  # the held key: no task for the prefix
         else:
             prev = ("store", last.key)
-    elif len(resolved) < len(STAGES):
+    else:
         cache = scattered if scattered is not None else {}
         if module.fingerprint() not in cache:
             cache[module.fingerprint()] = scatter_module(client, module)
@@ -344,53 +339,45 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
 
     cuda = request.target != "host"
     resources = {"GPU": 1} if cuda and gpu_workers else None
-    target_key = resolved[-1].key if len(resolved) == len(STAGES) else task_keys["target"][1]
-    compile_entry_key = _derive("compile", target_key, request)
-    centry = entries.get(compile_entry_key)
-    variant_entry = state.get("variants", {}).get(request.variant) or {}
-    descriptor = variant_entry.get("fragment") or {}
+    all_resolved = len(resolved) == len(STAGES)
+    target_key = resolved[-1].key if all_resolved else task_keys["target"][1]
+    compile_entry_key = derive("compile", target_key, request.target)
+    centry = resolution.get("compile") if all_resolved else None
+    descriptor = (resolution.get("variant") or {}).get("fragment") or {}
     load_skipped = "no GPU" if cuda and not gpu_workers else None
-    if (len(resolved) == len(STAGES) and centry and centry.get("pinned")
+    if (all_resolved and centry and centry.get("pinned")
             and (load_skipped or (descriptor.get("key") == centry.get("key")
-                                  and _worker_alive(client, descriptor.get("worker"))))):
+                                  and resolution.get("worker_alive")))):
         return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, compile_entry_key,
-                           load_skipped, fully_reused=True)
-    if centry and centry.get("pinned") and "target" not in futures:
-        cfut = Future(tuple(centry["task_key"]), client=client)
+                           load_skipped, fully_reused=True, resolution=resolution)
+    if centry and centry.get("pinned"):
         ckey = tuple(centry["task_key"])
+        cfut = Future(ckey, client=client)
     else:
-        ckey = (f"{TASK_PREFIX}compile", _derive("compile", chain if "target" in futures
-                                                   else target_key, request))
+        ckey = (f"{TASK_PREFIX}compile", derive("compile", chain if "target" in futures
+                                                  else target_key, request.target))
         cfut = client.submit(compile_task, prev, rd, store_url, key=ckey, pure=False,
                              resources=resources)
         futures["compile"] = cfut
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:
-        lkey = (f"{TASK_PREFIX}load", _derive("load", ckey[1], request))
+        lkey = (f"{TASK_PREFIX}load", derive("load", ckey[1], request.target))
         futures["load"] = client.submit(load_task, cfut, key=lkey, pure=False,
                                         resources=resources)
         task_keys["load"] = lkey
     plan = RefreshPlan(request, module.fingerprint(), resolved, futures, task_keys,
-                       compile_entry_key, load_skipped)
+                       compile_entry_key, load_skipped, resolution=resolution)
     plan.compile_future = cfut
     order = [s for s in (*STAGES, "compile", "load") if s in futures]
-    skey = (f"{TASK_PREFIX}summary", _derive("summary", "|".join(
-        str(task_keys[s]) for s in order), VariantRequest("", request.variant, request.target)))
-    plan.summary = client.submit(summarize_task, order, *[futures[s] for s in order],
-                                 key=skey, pure=False)
+    if order:
+        skey = (f"{TASK_PREFIX}summary", derive(
+            "summary", "|".join(str(task_keys[s]) for s in order) + request.variant,
+            request.target))
+        plan.summary = client.submit(summarize_task, order, *[futures[s] for s in order],
+                                     key=skey, pure=False)
     return plan
 
 
-def _derive(stage: str, input_hex: str, request: VariantRequest) -> str:
-    import hashlib
-    import json
-
-    text = json.dumps({"stage": stage, "input": input_hex, "target": request.target},
-                      sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-def _worker_alive(client: Any, address: str | None) -> bool:
-    if not address:
-        return False
-    return address in client.scheduler_info(n_workers=-1)["workers"]
+def resolve_many(client: Any, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scheduler's resolution of every request, in one round trip."""
+    return client.sync(client.scheduler.accy_resolve, requests=requests)

@@ -102,6 +102,15 @@ def make_key(fields: dict[str, Any]) -> StageKey:
     return StageKey(digest, fields)
 
 
+def key_template(stage: str, options: RunOptions,
+                 shapes: Mapping[int, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """A stage key's fields except its input: stage, version and the options it reads."""
+    opts = options.stage_key_fields(stage)
+    if stage == "contract":
+        opts = dict(opts, shapes={f"arg{i}": list(s) for i, s in sorted((shapes or {}).items())})
+    return {"stage": stage, "version": stage_version(stage), "options": opts}
+
+
 def stage_key(stage: str, input_fingerprint: str, options: RunOptions,
               shapes: Mapping[int, tuple[int, ...]] | None = None) -> StageKey:
     """The key of running ``stage`` on an input with ``input_fingerprint``.
@@ -109,11 +118,7 @@ def stage_key(stage: str, input_fingerprint: str, options: RunOptions,
     Only the contract stage reads the shape bindings (it specializes shapes);
     later stages see them through their input's fingerprint.
     """
-    opts = options.stage_key_fields(stage)
-    if stage == "contract":
-        opts = dict(opts, shapes={f"arg{i}": list(s) for i, s in sorted((shapes or {}).items())})
-    return make_key({"stage": stage, "version": stage_version(stage),
-                     "input": input_fingerprint, "options": opts})
+    return make_key(dict(key_template(stage, options, shapes), input=input_fingerprint))
 
 
 def explain(new: StageKey, old_fields: Mapping[str, Any] | None) -> str:

@@ -1,0 +1,59 @@
+"""Resolve a variant's reusable prefix against the published cache state.
+
+A refresh request names the program's semantic fingerprint and, per stage,
+the key fields that do not depend on the input (stage, version, options).
+Walking the stages, each key is ``make_key(fields + input)`` and its published
+entry records the product's fingerprint, which is the next stage's input.
+The scheduler plugin runs this next to the state (``accy_resolve``), so a
+client learns everything a refresh needs — and a fully reused refresh
+everything it is — in one round trip, whatever the size of the state.
+
+Example
+-------
+>>> resolve({}, {}, set(), [{"semantic": "00" * 16, "stages": [], "variant": "v",
+...                          "target": "host"}])["results"][0]["resolved"]
+[]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from accy.preparation.keys import make_key
+
+
+def derive(stage: str, input_hex: str, target: str) -> str:
+    """A derivation key: H(stage, input key, target) (compile, load, summary tasks)."""
+    text = json.dumps({"stage": stage, "input": input_hex, "target": target}, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def resolve(entries: Mapping[str, Any], variants: Mapping[str, Any], workers: Iterable[str],
+            requests: Iterable[Mapping[str, Any]], gpu_workers: bool = False) \
+        -> dict[str, Any]:
+    """For each request: the published prefix, the compile entry, the variant's record."""
+    alive = set(workers)
+    results = []
+    for req in requests:
+        fp = req["semantic"]
+        resolved = []
+        for tmpl in req["stages"]:
+            fields = dict(tmpl)
+            fields["input"] = fp
+            key = make_key(fields)
+            entry = entries.get(key.hex)
+            if entry is None or not entry.get("fingerprint"):
+                break
+            resolved.append({"stage": tmpl["stage"], "key": key.hex, "entry": entry})
+            fp = entry["fingerprint"]
+        compile_entry = None
+        if req["stages"] and len(resolved) == len(req["stages"]):
+            compile_entry = entries.get(derive("compile", resolved[-1]["key"], req["target"]))
+        record = variants.get(req["variant"])
+        worker = ((record or {}).get("fragment") or {}).get("worker")
+        results.append({"resolved": resolved, "compile": compile_entry, "variant": record,
+                        "worker_alive": bool(worker and worker in alive)})
+    return {"results": results, "gpu_workers": gpu_workers}
