@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
 
 from accy.distributed.graph import (
+    GraphBuilder,
     RefreshPlan,
     StageFailed,
     VariantRequest,
@@ -293,9 +295,13 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     answer = resolve_many(client, [resolution_request(m, _request(v)) for v, m in todo])
     collector = _Collector(client, int(answer.get("version", 0)), store_url)
     gpu = bool(answer.get("gpu_workers"))
+    graph = GraphBuilder()
     for (v, mod), resolution in zip(todo, answer["results"]):
         plans.append(plan_refresh(client, mod, _request(v), resolution, store_url, gpu,
-                                  scattered))
+                                  graph, scattered))
+    futures = graph.submit(client)  # one message: every task of the batch
+    for p in plans:
+        p.bind(futures)
     distinct = {f.key for p in plans for f in p.futures.values()}
     pending: dict[Any, RefreshPlan] = {}
     publications = []
@@ -315,6 +321,11 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
         for f in done:
             p = pending[f.key]
             err = None if f.key in summaries else f.exception()
+            if err is None and f.key not in summaries:
+                # Cancelled (exception() is None), e.g. the only copy of its scattered
+                # program died with a worker: a failure, never an empty success.
+                err = CancelledError(f"the refresh was {f.status}: an input it needed "
+                                     f"was lost (a worker died?)")
             o, pub = collector.collect(p, summaries.get(f.key), err)
             if pub:
                 publications.append(pub)

@@ -271,6 +271,24 @@ class RefreshPlan:
     """The compile result: a new task's future, or the held key of a published compile."""
     summary: Any = None
     """A small task gathering the receipt fields of every submitted stage."""
+    summary_key: Any = None
+    held: list[Any] = field(default_factory=list)
+    """Futures this plan's graph depends on (held keys, scattered data): kept alive."""
+    submitted: list[str] = field(default_factory=list)
+    """The stages (and compile, load) that got a task in the graph."""
+
+    def bind(self, futures: dict[Any, Any]) -> None:
+        """Attach the futures of the submitted graph."""
+        from distributed import Future
+
+        for stage in self.submitted:
+            self.futures[stage] = futures[self.task_keys[stage]]
+        if self.summary_key is not None:
+            self.summary = futures[self.summary_key]
+        ckey = self.task_keys.get("compile")
+        if ckey is not None:
+            self.compile_future = futures.get(ckey) or next(
+                (h for h in self.held if isinstance(h, Future) and h.key == ckey), None)
 
 
 
@@ -296,14 +314,57 @@ def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[
             "stages": [key_template(s, options, request.shapes) for s in STAGES]}
 
 
+class GraphBuilder:
+    """Every task of a batch, submitted as one graph (one message to the scheduler).
+
+    Tasks that must run on GPU workers go in a layer annotated with
+    ``resources={"GPU": 1}``; the rest may run anywhere.
+    """
+
+    def __init__(self) -> None:
+        self.cpu: dict[Any, Any] = {}
+        self.gpu: dict[Any, Any] = {}
+
+    def add(self, key: tuple[str, str], func: Any, *args: Any, gpu: bool = False) -> Any:
+        from dask.task_spec import Task
+
+        layer = self.gpu if gpu else self.cpu
+        if key not in self.cpu and key not in self.gpu:
+            layer[key] = Task(key, func, *args)
+        return self.ref(key)
+
+    @staticmethod
+    def ref(key: Any) -> Any:
+        from dask.task_spec import TaskRef
+
+        return TaskRef(key)
+
+    def submit(self, client: Any) -> dict[Any, Any]:
+        """Send the graph; return the future of every task by key."""
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        if not self.cpu and not self.gpu:
+            return {}
+        layers = {"accy-stages": MaterializedLayer(self.cpu)}
+        deps: dict[str, set[str]] = {"accy-stages": set()}
+        if self.gpu:
+            layers["accy-gpu"] = MaterializedLayer(self.gpu,
+                                                   annotations={"resources": {"GPU": 1}})
+            deps["accy-gpu"] = {"accy-stages"}
+        keys = list(self.cpu) + list(self.gpu)
+        futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
+        return dict(zip(keys, futures))
+
+
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
                  resolution: dict[str, Any], store_url: str | None, gpu_workers: bool,
-                 scattered: dict[str, Any] | None = None) -> RefreshPlan:
-    """Short-circuit the resolved prefix and submit the remaining stage tasks.
+                 graph: GraphBuilder, scattered: dict[str, Any] | None = None) -> RefreshPlan:
+    """Short-circuit the resolved prefix and add the remaining stage tasks to ``graph``.
 
     ``resolution`` is this variant's answer from
     :func:`accy.distributed.resolve.resolve` (run by the scheduler plugin);
-    ``scattered`` caches the program's scattered data across one batch.
+    ``scattered`` caches the program's scattered data across one batch. Call
+    :meth:`RefreshPlan.bind` with the futures once the graph is submitted.
     """
     from distributed import Future
 
@@ -313,32 +374,33 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
                 for r in resolution.get("resolved", [])]
     fp = resolved[-1].entry["fingerprint"] if resolved else module.fingerprint()
     rd = request.to_dict()
-    futures: dict[str, Any] = {}
     task_keys: dict[str, tuple[str, str]] = {}
+    held: list[Any] = []
     prev: Any = None
     chain = fp  # what the next key derives from: a fingerprint, then task keys
     if resolved:
         last = resolved[-1]
         tk = tuple(last.entry.get("task_key") or ())
         if last.entry.get("pinned") and len(tk) == 2:
-            prev = Future(tk, client=client)  # the held key: no task for the prefix
+            held.append(Future(tk, client=client))  # the held key: no task for the prefix
+            prev = graph.ref(tk)
         else:
             prev = ("store", last.key)
     else:
         cache = scattered if scattered is not None else {}
         if module.fingerprint() not in cache:
             cache[module.fingerprint()] = scatter_module(client, module)
-        prev = cache[module.fingerprint()]
+        held.append(cache[module.fingerprint()])
+        prev = graph.ref(cache[module.fingerprint()].key)
     for stage in STAGES[len(resolved):]:
         dk = stage_key(stage, chain, options, shapes).hex
         key = (f"{TASK_PREFIX}{stage}", dk)
-        fut = client.submit(stage_task, stage, prev, rd, store_url, key=key, pure=False)
-        futures[stage] = fut
+        prev = graph.add(key, stage_task, stage, prev, rd, store_url)
         task_keys[stage] = key
-        prev, chain = fut, dk
+        chain = dk
 
     cuda = request.target != "host"
-    resources = {"GPU": 1} if cuda and gpu_workers else None
+    on_gpu = cuda and gpu_workers
     all_resolved = len(resolved) == len(STAGES)
     target_key = resolved[-1].key if all_resolved else task_keys["target"][1]
     compile_entry_key = derive("compile", target_key, request.target)
@@ -350,31 +412,33 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
                                   and resolution.get("worker_alive")))):
         return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, compile_entry_key,
                            load_skipped, fully_reused=True, resolution=resolution)
+    submitted = list(task_keys)
     if centry and centry.get("pinned"):
         ckey = tuple(centry["task_key"])
-        cfut = Future(ckey, client=client)
+        held.append(Future(ckey, client=client))
+        cref = graph.ref(ckey)
     else:
-        ckey = (f"{TASK_PREFIX}compile", derive("compile", chain if "target" in futures
+        ckey = (f"{TASK_PREFIX}compile", derive("compile", chain if "target" in task_keys
                                                   else target_key, request.target))
-        cfut = client.submit(compile_task, prev, rd, store_url, key=ckey, pure=False,
-                             resources=resources)
-        futures["compile"] = cfut
+        cref = graph.add(ckey, compile_task, prev, rd, store_url, gpu=on_gpu)
+        submitted.append("compile")
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:
         lkey = (f"{TASK_PREFIX}load", derive("load", ckey[1], request.target))
-        futures["load"] = client.submit(load_task, cfut, key=lkey, pure=False,
-                                        resources=resources)
+        graph.add(lkey, load_task, cref, gpu=on_gpu)
         task_keys["load"] = lkey
-    plan = RefreshPlan(request, module.fingerprint(), resolved, futures, task_keys,
+        submitted.append("load")
+    plan = RefreshPlan(request, module.fingerprint(), resolved, {}, task_keys,
                        compile_entry_key, load_skipped, resolution=resolution)
-    plan.compile_future = cfut
-    order = [s for s in (*STAGES, "compile", "load") if s in futures]
-    if order:
+    plan.held = held
+    plan.submitted = submitted
+    if submitted:
         skey = (f"{TASK_PREFIX}summary", derive(
-            "summary", "|".join(str(task_keys[s]) for s in order) + request.variant,
+            "summary", "|".join(str(task_keys[s]) for s in submitted) + request.variant,
             request.target))
-        plan.summary = client.submit(summarize_task, order, *[futures[s] for s in order],
-                                     key=skey, pure=False)
+        graph.add(skey, summarize_task, submitted,
+                  *[graph.ref(task_keys[s]) for s in submitted])
+        plan.summary_key = skey
     return plan
 
 
