@@ -113,7 +113,7 @@ class _Collector:
         req = plan.request
         out = VariantOutcome(req.variant, req.program, "ok")
         record = plan.resolution.get("variant") or {}
-        old_fields = record.get("fields") or {}
+        old_fields = (record or plan.resolution.get("nearest") or {}).get("fields") or {}
         for r in plan.resolved:
             out.receipts.append(Receipt(r.stage, r.key, True, r.elapsed_ns,
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
@@ -138,6 +138,9 @@ class _Collector:
                                                 value["plan_fingerprint"], source="cluster"))
                 else:
                     why = explain(StageKey(value["key"], value["fields"]), old_fields.get(stage))
+                    if why == "same key":
+                        why = ("same key as published (its input did not change after all); "
+                               "ran again because no artifact store holds the product")
                     out.receipts.append(Receipt(stage, value["key"], False, value["elapsed_ns"],
                                                 value["plan_fingerprint"], value["pass_stats"],
                                                 explain=why, pass_ns=value["pass_ns"]))

@@ -310,7 +310,7 @@ def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[
     """What the scheduler needs to resolve this variant's published prefix."""
     options = request.run_options()
     return {"semantic": module.fingerprint(), "variant": request.variant,
-            "target": request.target,
+            "program": request.program, "target": request.target,
             "stages": [key_template(s, options, request.shapes) for s in STAGES]}
 
 

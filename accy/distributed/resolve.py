@@ -53,7 +53,15 @@ def resolve(entries: Mapping[str, Any], variants: Mapping[str, Any], workers: It
         if req["stages"] and len(resolved) == len(req["stages"]):
             compile_entry = entries.get(derive("compile", resolved[-1]["key"], req["target"]))
         record = variants.get(req["variant"])
+        nearest = record
+        if nearest is None and req.get("program"):
+            # a new variant: explain its misses against the last one published
+            # for the same program and target (an option or a shape changed)
+            for rec in reversed(list(variants.values())):
+                if rec.get("program") == req["program"] and rec.get("target") == req["target"]:
+                    nearest = rec
+                    break
         worker = ((record or {}).get("fragment") or {}).get("worker")
         results.append({"resolved": resolved, "compile": compile_entry, "variant": record,
-                        "worker_alive": bool(worker and worker in alive)})
+                        "nearest": nearest, "worker_alive": bool(worker and worker in alive)})
     return {"results": results, "gpu_workers": gpu_workers}
