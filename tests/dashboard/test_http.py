@@ -1,0 +1,312 @@
+"""The records over HTTP on a real local cluster: /accy/api/stages, /metrics, /accy/stages."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import time
+import urllib.request
+
+import prometheus_client
+import pytest
+from distributed import Client, LocalCluster, wait
+from distributed.utils_test import gen_cluster
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+import accy.dashboard.api as api
+import accy.distributed as ad
+from accy.dashboard.records import STAGES
+from accy.distributed.plugin import AccyCachePlugin, get_plugin
+
+PRELOADED = {"preload": ["accy.distributed"]}
+
+PIPELINE = STAGES  # contract … target, compile, load
+# What each stage depends on (so identical runs across variants share a task).
+INPUTS = {"contract": ("program", "shape"), "tensor": ("program", "shape"),
+          "dispatch": ("program", "shape", "target"), "memory": ("program", "shape", "target"),
+          "kernel": ("program", "shape", "target", "block"),
+          "target": ("program", "shape", "target", "block"),
+          "compile": ("program", "shape", "target", "block"),
+          "load": ("program", "shape", "target", "block")}
+SECONDS = {"contract": 0.002, "tensor": 0.004, "dispatch": 0.002, "memory": 0.003,
+           "kernel": 0.008, "target": 0.004, "compile": 0.05, "load": 0.01}
+
+
+def run_stage(_previous, seconds: float) -> int:
+    time.sleep(seconds)
+    return 1
+
+
+def hexkey(*parts: object) -> str:
+    return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+
+
+def fake_refresh(client: Client, n_variants: int, scale: float = 1.0, seed: int = 0,
+                 failures: int = 2) -> list[dict]:
+    """Refresh ``n_variants`` fake variants as accy_<stage> tasks and record them.
+
+    Identical stage runs share one task (their receipts all say ran); the
+    first ``failures`` variants fail in the kernel stage; CUDA loads are
+    skipped ("no GPU"). The ok variants publish (and a stale publish
+    conflicts). Then a third of them refresh again with a new block size:
+    contract … memory are reused (no task), kernel … load run anew.
+    Returns every variant dict sent to ``accy_record_batch``.
+    """
+    rng = random.Random(seed)
+    programs = ["softmax", "layernorm", "matmul", "rmsnorm"]
+    futures = []  # held until the publish has pinned the tasks
+
+    def refresh(batch: list[tuple[dict, bool]], reuse_before: str | None) -> list[dict]:
+        sent = []
+        for axes, fail in batch:
+            vid = (f"{axes['program']}[target={axes['target']},arg0={axes['shape']},"
+                   f"kernel.block_size={axes['block']}]")
+            receipts, previous, total = [], None, 0
+            reusing = reuse_before is not None
+            for stage in PIPELINE:
+                reusing = reusing and stage != reuse_before
+                key = hexkey(stage, *(axes[a] for a in INPUTS[stage]))
+                seconds = SECONDS[stage] * scale * rng.uniform(0.5, 2.0)
+                receipt = {"stage": stage, "key": key, "reused": reusing,
+                           "elapsed_ns": 0 if reusing else int(seconds * 1e9),
+                           "plan_fingerprint": key[:16], "pass_stats": {}}
+                if not reusing:
+                    previous = client.submit(run_stage, previous, seconds,
+                                             key=(f"accy_{stage}", key))
+                    futures.append(previous)
+                    total += receipt["elapsed_ns"]
+                if stage == "load" and axes["target"].startswith("cuda"):
+                    receipt["skipped"] = "no GPU"
+                receipts.append(receipt)
+                if fail and stage == "kernel":
+                    break
+            variant = {"id": vid, "program": axes["program"], "elapsed_ns": total,
+                       "status": "failed" if fail else "ok", "stages": receipts}
+            if fail:
+                variant["failure"] = {
+                    "pipeline": "kernel", "pass": "tile-reductions",
+                    "message": f"tile-reductions: block {axes['block']} does not divide the row",
+                    "reproducer": f"/tmp/accy-repro/{hexkey(vid)[:12]}.mlir"}
+            sent.append(variant)
+        wait(futures)
+        client.sync(client.scheduler.accy_record_batch, variants=sent)
+        return sent
+
+    first = [({"program": programs[i % len(programs)],
+               "shape": ["1024x1024", "8192x4096"][(i // 4) % 2],
+               "target": ["host", "cuda:sm_90"][(i // 2) % 2],
+               "block": [128, 256][(i // 16) % 2]}, i < failures) for i in range(n_variants)]
+    variants = refresh(first, None)
+    ok = [v for v in variants if v["status"] == "ok"]
+    entries = {r["key"]: {"stage": r["stage"], "task_key": [f"accy_{r['stage']}", r["key"]],
+                          "elapsed_ns": r["elapsed_ns"]} for v in ok for r in v["stages"]}
+    reply = ad.publish_with_merge(
+        client, entries, {v["id"]: {"stages": [r["key"] for r in v["stages"]]} for v in ok},
+        [e["task_key"] for e in entries.values()])
+    assert reply["ok"]
+    assert not ad.publish(client, reply["version"] - 1, {}, {}, [])["ok"]
+    again = [({**axes, "block": 512}, False) for axes, fail in first if not fail]
+    return variants + refresh(again[: max(1, n_variants // 3)], reuse_before="kernel")
+
+
+def get(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.status, reply.headers.get("Content-Type", ""), reply.read().decode()
+
+
+@pytest.fixture
+def cluster():
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2,
+                      dashboard_address="127.0.0.1:0", **ad.local_cluster_kwargs()) as cluster, \
+            Client(cluster) as client:
+        yield cluster, client
+
+
+def test_local_cluster_kwargs_preload_accy():
+    kwargs = ad.local_cluster_kwargs()
+    assert kwargs["scheduler_kwargs"]["preload"] == ["accy.distributed"]
+
+
+def test_api_metrics_and_page(cluster):
+    cluster, client = cluster
+    base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
+    variants = fake_refresh(client, n_variants=6, scale=0.2, failures=1)
+    receipts = [r for v in variants for r in v["stages"]]
+    tasks = {s: len({r["key"] for r in receipts if r["stage"] == s and not r["reused"]})
+             for s in PIPELINE}
+    ran = {s: sum(r["stage"] == s and not r["reused"] and "skipped" not in r for r in receipts)
+           for s in PIPELINE}
+    reused = {s: sum(r["stage"] == s and r["reused"] for r in receipts) for s in PIPELINE}
+    skipped = sum("skipped" in r for r in receipts)
+    assert (reused["contract"], reused["kernel"], ran["load"], skipped) == (2, 0, 4, 3)
+
+    status, kind, body = get(base + "/accy/api/stages")
+    assert status == 200 and kind.startswith("application/json")
+    snap = json.loads(body)
+    assert snap["stages"] == list(PIPELINE)
+    assert {s: snap["counts"][s]["tasks"] for s in PIPELINE} == tasks
+    assert {s: snap["counts"][s]["ran"] for s in PIPELINE} == ran
+    assert {s: snap["counts"][s]["reused"] for s in PIPELINE} == reused
+    assert snap["counts"]["load"]["skipped"] == skipped  # CUDA loads without a GPU
+    assert snap["counts"]["contract"]["reuse_rate"] == pytest.approx(2 / 8)
+    assert snap["variants"] == {"ok": 5 + 2, "failed": 1}
+    assert (snap["publishes"], snap["publish_conflicts"]) == (1, 1)
+    assert snap["pinned_keys"] == len({(r["stage"], r["key"]) for v in variants[1:6]
+                                       for r in v["stages"]})
+    assert snap["failures"][0]["pipeline"] == "kernel"
+    assert snap["failures"][0]["reproducer"].endswith(".mlir")
+    assert len(snap["timeline"]) == sum(tasks.values())
+    assert {run["worker"] for run in snap["timeline"]} == set(cluster.scheduler.workers)
+    assert all(run["stop"] >= run["start"] for run in snap["timeline"])
+    assert [v["elapsed_ns"] for v in snap["slowest"]] == \
+        sorted((v["elapsed_ns"] for v in variants), reverse=True)
+    handler = client.sync(client.scheduler.accy_stages)
+    assert {k: v for k, v in handler.items() if k != "time"} == \
+        {k: v for k, v in snap.items() if k != "time"}
+
+    status, _, metrics = get(base + "/metrics")
+    assert status == 200
+    assert f'accy_stage_runs_total{{stage="contract"}} {tasks["contract"]}.0' in metrics
+    assert f'accy_stage_reuses_total{{stage="contract"}} {reused["contract"]}.0' in metrics
+    assert 'accy_stage_duration_seconds_bucket{le="+Inf",stage="compile"}' in metrics
+    assert 'accy_variants_total{status="failed"} 1.0' in metrics
+    for name in ("accy_publishes_total", "accy_publish_conflicts_total", "accy_pinned_keys"):
+        assert name in metrics
+
+    for _ in range(2):  # each browser session builds its own document
+        status, kind, page = get(base + "/accy/stages")
+        assert status == 200 and kind.startswith("text/html")
+    assert "bokeh" in page and "Bokeh.embed" in page
+    assert '<base href="/"' in page
+    # Dask's own pages link the stages page.
+    assert 'href="accy/stages"' in get(base + "/status")[2]
+
+
+def test_publishes_are_counted(cluster):
+    cluster, client = cluster
+    plugin = get_plugin(cluster.scheduler)
+    before = plugin.records.publishes, plugin.records.publish_conflicts
+    version = client.sync(client.scheduler.accy_state, full=False)["version"]
+    assert ad.publish(client, version, {}, {}, [])["ok"]
+    assert not ad.publish(client, version, {}, {}, [])["ok"]
+    snap = client.sync(client.scheduler.accy_stages)
+    assert (snap["publishes"], snap["publish_conflicts"]) == (before[0] + 1, before[1] + 1)
+
+
+def test_the_collector_exposes_the_accy_metrics():
+    plugin = AccyCachePlugin()
+    for i, seconds in enumerate((0.002, 0.02, 3.0)):
+        plugin.transition(("accy_compile", f"{i:x}"), "processing", "memory", worker="w",
+                          startstops=[{"action": "compute", "start": 1.0, "stop": 1.0 + seconds}])
+    plugin.record_batch(variants=[
+        {"id": "a[target=host]", "status": "ok", "elapsed_ns": 1,
+         "stages": [{"stage": "compile", "key": "0", "reused": True, "elapsed_ns": 0}]},
+        {"id": "b[target=host]", "status": "failed", "elapsed_ns": 1, "stages": [],
+         "failure": {"pipeline": "contract", "pass": "verify", "message": "m",
+                     "reproducer": "/r"}}])
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(api.AccyCollector(plugin))
+    text = prometheus_client.generate_latest(registry).decode()
+    for line in ('accy_stage_runs_total{stage="compile"} 3.0',
+                 'accy_stage_reuses_total{stage="compile"} 1.0',
+                 'accy_stage_failures_total{stage="compile"} 0.0',
+                 'accy_stage_duration_seconds_bucket{le="0.0025",stage="compile"} 1.0',
+                 'accy_stage_duration_seconds_bucket{le="5.0",stage="compile"} 3.0',
+                 'accy_stage_duration_seconds_bucket{le="+Inf",stage="compile"} 3.0',
+                 'accy_stage_duration_seconds_count{stage="compile"} 3.0',
+                 'accy_variants_total{status="ok"} 1.0',
+                 'accy_variants_total{status="failed"} 1.0',
+                 "accy_publishes_total 0.0", "accy_publish_conflicts_total 0.0",
+                 "accy_pinned_keys 0.0"):
+        assert line in text
+    assert 'accy_stage_duration_seconds_sum{stage="compile"} 3.022' in text
+
+
+def test_metrics_register_once_per_process():
+    assert api.register_metrics() and api.register_metrics()
+    ours = [c for c in prometheus_client.REGISTRY._collector_to_names
+            if isinstance(c, api.AccyCollector)]
+    assert len(ours) == 1
+    # Another registration (e.g. this module imported anew) is refused quietly.
+    registry = prometheus_client.CollectorRegistry()
+    assert api.register_metrics(registry) and api.register_metrics(registry)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs=PRELOADED)
+async def test_without_a_dashboard_the_api_still_answers(c, s, a):
+    base = f"http://127.0.0.1:{s.http_server.port}"
+    await c.submit(sum, [1, 2], key=("accy_contract", "ab" * 16))
+    reply = await AsyncHTTPClient().fetch(base + "/accy/api/stages")
+    assert json.loads(reply.body)["counts"]["contract"]["tasks"] == 1
+    with pytest.raises(HTTPClientError) as error:
+        await AsyncHTTPClient().fetch(base + "/accy/stages")
+    assert error.value.code == 404
+
+
+class FakeHTTP:
+    def __init__(self) -> None:
+        # What install() recognises as Dask's dashboard.
+        self.applications = [type("DaskBokehTornado", (), {"prefix": "/dask"})()]
+        self.routes: list = []
+
+    def add_handlers(self, host: str, routes: list) -> None:
+        self.routes += routes
+
+
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.handlers: dict = {}
+        self.plugins: dict = {}
+        self.metadata: dict = {}
+        self.http_application = FakeHTTP()
+
+    def set_metadata(self, keys, value) -> None:
+        self.metadata[tuple(keys)] = value
+
+
+def test_a_broken_dashboard_does_not_stop_the_plugin(monkeypatch, caplog):
+    import accy.dashboard.page as page
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no page today")
+
+    scheduler = FakeScheduler()
+    monkeypatch.setattr(page, "add_page", broken)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(AccyCachePlugin().start(scheduler))
+    assert "could not add the /accy/stages page" in caplog.text
+    assert [route[0] for route in scheduler.http_application.routes] == [
+        "/dask/accy/api/stages"]  # the API still comes, under the dashboard's prefix
+    assert {"accy_record_batch", "accy_stages", "accy_publish"} <= set(scheduler.handlers)
+
+    caplog.clear()
+    monkeypatch.setattr(api, "install", broken)
+    other = FakeScheduler()
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(AccyCachePlugin().start(other))
+    assert "could not add the dashboard pages and metrics" in caplog.text
+    assert "accy_stages" in other.handlers
+
+
+def test_the_live_page_redraws_only_when_the_records_move():
+    from types import SimpleNamespace
+
+    from accy.dashboard.page import LiveStages
+
+    plugin = AccyCachePlugin()
+    page = LiveStages(SimpleNamespace(plugins={plugin.name: plugin}))
+    page.update()
+    rates = page.dashboard.rates
+    assert rates.source.data["stage"] == []
+    plugin.record_batch(variants=[{"id": "a[target=host]", "status": "ok", "elapsed_ns": 1,
+                                   "stages": [{"stage": "tensor", "key": "1", "reused": True,
+                                               "elapsed_ns": 0}]}])
+    page.update()
+    assert rates.source.data["stage"] == ["tensor"] and rates.source.data["reuse_rate"] == [1.0]
+    drawn = rates.source.data
+    page.update()  # nothing new: the sources stay as they are
+    assert rates.source.data is drawn
+    assert LiveStages(SimpleNamespace(plugins={})).update() is None  # no plugin: no error
