@@ -67,7 +67,7 @@ logger = logging.getLogger("accy.distributed")
 
 PLUGIN_NAME = "accy-cache"
 PINNING_CLIENT = "accy-cache"
-HANDLERS = ("accy_state", "accy_publish", "accy_touch", "accy_unpin", "accy_record_batch",
+HANDLERS = ("accy_resolve", "accy_state", "accy_publish", "accy_touch", "accy_unpin", "accy_record_batch",
             "accy_stages")
 METADATA_KEY = "accy-cache"
 """Scheduler metadata key the plugin sets once its handlers are installed."""
@@ -154,6 +154,7 @@ class AccyCachePlugin(SchedulerPlugin):
         scheduler.handlers["accy_unpin"] = self.unpin
         scheduler.handlers["accy_record_batch"] = self.record_batch
         scheduler.handlers["accy_stages"] = self.stages
+        scheduler.handlers["accy_resolve"] = self.resolve
         _install_dashboard(self, scheduler)
         scheduler.set_metadata(keys=[METADATA_KEY], value={"handlers": list(HANDLERS)})
 
@@ -163,6 +164,20 @@ class AccyCachePlugin(SchedulerPlugin):
             for name in HANDLERS:
                 self.scheduler.handlers.pop(name, None)
             self.scheduler.task_metadata.pop(METADATA_KEY, None)
+
+    def resolve(self, comm: Any = None, requests: list[Any] | None = None) -> dict[str, Any]:
+        """Each request's published prefix, compile entry and variant record (one round trip).
+
+        See :mod:`accy.distributed.resolve`; synchronous, so it reads one
+        consistent version of the state.
+        """
+        from accy.distributed.resolve import resolve
+
+        workers = self.scheduler.workers if self.scheduler is not None else {}
+        gpu = any((ws.resources or {}).get("GPU", 0) > 0 for ws in workers.values())
+        out = resolve(self.entries, self.variants, workers, requests or [], gpu)
+        out["version"] = self.version
+        return jsonable(out)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "forgotten" and key in self._pinned:
