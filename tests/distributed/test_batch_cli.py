@@ -1,0 +1,201 @@
+"""``accy batch`` end to end: real ``dask scheduler`` / ``dask worker`` processes that
+preload accy, the report INTERFACE.md promises, and the command's errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from distributed import Client
+
+GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
+ROOT = GRAPHS.parent
+RECEIPT_FIELDS = {"stage", "key", "reused", "elapsed_ns", "plan_fingerprint", "pass_stats"}
+PIPELINE = ["contract", "tensor", "dispatch", "memory", "kernel", "target", "compile", "load"]
+
+
+def env() -> dict[str, str]:
+    """This checkout first on the path; tracebacks not forced on."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.pop("ACCY_DEBUG", None)
+    return e
+
+
+def accy(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "accy", *args], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess logging to ``log``; interrupted (then killed) on exit."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env(),
+                                cwd=ROOT)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory) -> Iterator[str]:
+    """``dask scheduler --preload accy.distributed`` and one ``dask worker`` with
+    ``--resources GPU=1 --nthreads 1``; yields the scheduler's address."""
+    logs = tmp_path_factory.mktemp("dask-logs")
+    address = f"tcp://127.0.0.1:{free_port()}"
+    dask = [sys.executable, "-m", "dask"]
+    with process([*dask, "scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                  "--dashboard-address", ":0", "--preload", "accy.distributed"],
+                 logs / "scheduler.log") as sched, \
+            process([*dask, "worker", address, "--preload", "accy.distributed",
+                     "--resources", "GPU=1", "--nthreads", "1", "--nworkers", "1",
+                     "--no-dashboard"], logs / "worker.log") as worker:
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert sched.poll() is None and worker.poll() is None, "dask exited"
+                try:
+                    with Client(address, timeout=5) as client:
+                        client.wait_for_workers(1, timeout=max(deadline - time.monotonic(), 1))
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        except BaseException:
+            for name in ("scheduler.log", "worker.log"):
+                print(f"--- {name}\n{(logs / name).read_text(errors='replace')}")
+            raise
+        yield address
+
+
+def write_sweep(path: Path, programs: list[str], **extra: object) -> Path:
+    doc: dict[str, object] = {"programs": programs, **extra}
+    path.write_text(json.dumps(doc))  # JSON is YAML
+    return path
+
+
+def one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error:" in lines[0], stderr
+    return lines[0]
+
+
+# -- 9. against real scheduler and worker processes
+
+
+def test_batch_against_a_preloaded_dask_scheduler_and_gpu_worker(scheduler, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml",
+                        [str(GRAPHS / "softmax.mlir"), str(GRAPHS / "layernorm.mlir")],
+                        targets=["host"], shapes=[{"arg0": "8x4096"}],
+                        options={"kernel.block_size": [128, 256]})
+    report = tmp_path / "R.json"
+    common = ["batch", str(sweep), "--scheduler", scheduler, "--cache", str(tmp_path / "store"),
+              "--report", str(report), "--no-progress"]
+    first = accy(*common, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr
+    doc = json.loads(report.read_text())
+    assert set(doc) == {"variants", "summary"}
+    ids = [v["id"] for v in doc["variants"]]
+    assert ids == [f"{p}[target=host,arg0=8x4096,kernel.block_size={b}]"
+                   for p in ("softmax", "layernorm") for b in (128, 256)]
+    for v in doc["variants"]:
+        assert v["status"] == "ok" and "failure" not in v, v
+        assert [r["stage"] for r in v["stages"]] == PIPELINE
+        for r in v["stages"]:
+            assert RECEIPT_FIELDS <= set(r), r
+            assert isinstance(r["key"], str) and int(r["key"], 16) >= 0
+            assert isinstance(r["reused"], bool) and isinstance(r["elapsed_ns"], int)
+            assert r["plan_fingerprint"] is None or int(r["plan_fingerprint"], 16) >= 0
+            assert isinstance(r["pass_stats"], dict)
+        planned = {r["stage"]: r["plan_fingerprint"] for r in v["stages"]}
+        assert all(planned[s] for s in ("dispatch", "memory", "kernel"))
+    s = doc["summary"]
+    assert (s["variants"], s["ok"], s["failed"]) == (4, 4, 0)
+    assert s["stage_runs"] > 0
+    assert s["stage_runs"] + s["reuses"] == 4 * len(PIPELINE)
+
+    second = accy(*common, cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    again = json.loads(report.read_text())
+    assert again["summary"]["stage_runs"] == 0 and again["summary"]["ok"] == 4
+    assert [v["id"] for v in again["variants"]] == ids
+    for v, before in zip(again["variants"], doc["variants"]):
+        assert all(r["reused"] for r in v["stages"]), v
+        assert [r["key"] for r in v["stages"]] == [r["key"] for r in before["stages"]]
+
+
+def test_a_broken_program_fails_only_its_variants_and_the_report_is_written(scheduler,
+                                                                           tmp_path):
+    bad = tmp_path / "broken.mlir"
+    bad.write_text('"builtin.module"() ({\n  "func.func"() <{sym_name = "main"\n')
+    sweep = write_sweep(tmp_path / "sweep.yaml", [str(GRAPHS / "softmax.mlir"), str(bad)],
+                        shapes=[{"arg0": "8x256"}])
+    report = tmp_path / "R.json"
+    run = accy("batch", str(sweep), "--scheduler", scheduler, "--cache", str(tmp_path / "store"),
+               "--report", str(report), "--no-progress", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    doc = json.loads(report.read_text())
+    by_id = {v["id"]: v for v in doc["variants"]}
+    good, broken = by_id["softmax[target=host,arg0=8x256]"], by_id["broken[target=host,arg0=8x256]"]
+    assert good["status"] == "ok" and [r["stage"] for r in good["stages"]] == PIPELINE
+    assert broken["status"] == "failed"
+    assert set(broken["failure"]) >= {"pipeline", "pass", "message", "reproducer"}
+    assert "broken.mlir" in broken["failure"]["message"]
+    assert doc["summary"]["ok"] == 1 and doc["summary"]["failed"] == 1
+    assert "broken[target=host,arg0=8x256]" in run.stdout
+
+
+# -- 10. errors
+
+
+def test_a_missing_sweep_file_is_one_error_line(tmp_path):
+    run = accy("batch", str(tmp_path / "nope.yaml"), "--workers", "1", cwd=tmp_path)
+    assert run.returncode == 1
+    assert "nope.yaml" in one_error_line(run.stderr)
+
+
+@pytest.mark.parametrize("text", ["programs: [a.mlir\n", "programs: []\nflavours: [x]\n",
+                                  "programs: [missing.mlir]\n"])
+def test_a_malformed_sweep_is_one_error_line(tmp_path, text):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(text)
+    run = accy("batch", str(sweep), "--report", str(tmp_path / "R.json"), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "sweep.yaml" in one_error_line(run.stderr)
+    assert not (tmp_path / "R.json").exists()
+
+
+def test_scheduler_and_workers_together_are_a_usage_error(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", [str(GRAPHS / "softmax.mlir")])
+    run = accy("batch", str(sweep), "--scheduler", "tcp://127.0.0.1:1", "--workers", "2",
+               cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    assert "--scheduler" in run.stderr and "--workers" in run.stderr
