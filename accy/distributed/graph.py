@@ -433,7 +433,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     plan.held = held
     plan.submitted = submitted
     if submitted:
-        skey = (f"{TASK_PREFIX}summary", derive(
+        skey = ("accy-receipts", derive(
             "summary", "|".join(str(task_keys[s]) for s in submitted) + request.variant,
             request.target))
         graph.add(skey, summarize_task, submitted,
