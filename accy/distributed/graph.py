@@ -296,14 +296,15 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     """The program as data on the cluster (msgpack frames), keyed by its fingerprint.
 
     Task specs are pickled by Dask, and products refuse pickling: the module
-    enters the graph as scattered data instead of a literal argument.
+    enters the graph as scattered data instead of a literal argument. It is
+    replicated to every worker, so losing one worker loses no program.
     """
     import uuid
 
     # A fresh key each time: re-scattering a key the scheduler is still
     # releasing would cancel the tasks that depend on it.
     key = f"{TASK_PREFIX}semantic-{module.fingerprint()}-{uuid.uuid4().hex[:8]}"
-    return client.scatter({key: module}, hash=False)[key]
+    return client.scatter({key: module}, hash=False, broadcast=True)[key]
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[str, Any]:
