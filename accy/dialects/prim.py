@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from accy.choir.attributes import I1, DenseArrayAttr, DenseElementsAttr, TensorType, Type
+from accy.choir.attributes import I1, DenseArrayAttr, TensorType, Type
+from accy.dialects import semantic
 from accy.dialects.semantic import PREDICATES, SemanticOp
 
 
@@ -210,32 +211,16 @@ class SelectOp(PrimOp):
         return a
 
 
-class CastOp(PrimOp):
+class CastOp(PrimOp, semantic.CastOp):
     """``prim.cast``: same shape, element type from the result."""
 
     name = "prim.cast"
-    num_operands = 1
-    traits = frozenset({"pure", "elementwise"})
-
-    def infer(self) -> Type:
-        return self.tensor_operand(0).with_element(self.declared.element)
 
 
-class ConstantOp(PrimOp):
+class ConstantOp(PrimOp, semantic.ConstantOp):
     """``prim.constant {value = dense<…>}``."""
 
     name = "prim.constant"
-    num_operands = 0
-
-    @property
-    def value(self) -> DenseElementsAttr:
-        a = self.attr("value")
-        if not isinstance(a, DenseElementsAttr):
-            raise self.fail("needs a 'value = dense<…> : tensor<…>' attribute")
-        return a
-
-    def infer(self) -> Type:
-        return self.value.type
 
 
 # ------------------------------------------------------------ layout, reductions

@@ -108,7 +108,13 @@ class StageResult:
 
 
 def plan_fingerprint(stage: str, product: Product) -> str:
-    """64-bit hex summary of the plans a stage made (its dialect's ops and attributes)."""
+    """64-bit hex summary of the plans a stage made, for display only.
+
+    Dispatch: each region's kind, iteration space and the ops it holds;
+    memory: the buffer plan attributes; kernel: each kernel's mapping.
+    """
+    from accy.choir.ir import Operation
+
     h = hashlib.blake2b(digest_size=8)
     h.update(stage.encode())
     prefix = {"dispatch": "dispatch.", "memory": "memory.", "kernel": "kernel."}[stage]
@@ -116,10 +122,10 @@ def plan_fingerprint(stage: str, product: Product) -> str:
         plan = {k: v for k, v in op.attributes.items() if k.startswith(prefix)}
         if op.op_name.startswith(prefix) or plan:
             h.update(op.op_name.encode())
-            from accy.choir.ir import Operation
-
             probe = Operation.create("plan.attrs", (), (), plan or op.attributes)
             h.update(canonical_bytes(probe))
+            if stage == "dispatch" and op.regions:
+                h.update(",".join(o.op_name for o in op.walk()).encode())
     return h.hexdigest()
 
 
