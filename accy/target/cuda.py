@@ -39,6 +39,10 @@ __device__ __forceinline__ float accy_h2f(unsigned short h) {
 __device__ __forceinline__ unsigned short accy_f2h(float f) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
+__device__ __forceinline__ float accy_d2f_odd(double x) {
+  float f = __double2float_rz(x);
+  return ((double)f != x && x == x) ? __uint_as_float(__float_as_uint(f) | 1u) : f;
+}
 __device__ __forceinline__ float accy_bf2f(unsigned short h) {
   return __uint_as_float(((unsigned int)h) << 16);
 }
@@ -284,9 +288,12 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
 
     if full:
         def write(inner: Scope) -> None:
-            for oi, v in full:
+            # every value first, then the stores: an output may be written in place
+            # over an input that a later output still reads at this element
+            computed = [(oi, v, [b.expr(v, ident, inner, lane) for lane in range(vec)])
+                        for oi, v in full]
+            for oi, v, vals in computed:
                 el = elem_of(v)
-                vals = [b.expr(v, ident, inner, lane) for lane in range(vec)]
                 if vec > 1:
                     inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                        f"{cols} + c) = make_float{vec}({', '.join(vals)});")

@@ -92,12 +92,21 @@ class _Former:
         return self.group_of.get(v.op) if isinstance(v, OpResult) else None
 
     def producer_groups(self, op: Operation) -> list[tuple[Group, list[Operation]]]:
-        out = []
+        out: list[tuple[Group, list[Operation]]] = []
         for operand in op.operands:
-            for base, chain in self.bases(operand):
-                g = self.group_of_value(base)
-                if g is not None:
-                    out.append((g, chain))
+            out.extend(self.groups_read(operand, []))
+        return out
+
+    def groups_read(self, v: Value, chain: list[Operation]) \
+            -> list[tuple[Group, list[Operation]]]:
+        """The groups ``v`` reads, through index maps and reshapes (kept in the chain)."""
+        out = []
+        for base, c in self.bases(v):
+            g = self.group_of_value(base)
+            if g is not None:
+                out.append((g, chain + c))
+            elif isinstance(base, OpResult) and base.op.op_name == "prim.reshape":
+                out.extend(self.groups_read(base.op.operands[0], chain + c + [base.op]))
         return out
 
     def can_join(self, op: Operation, g: Group) -> bool:
@@ -125,6 +134,8 @@ class _Former:
 
     def row_local(self, g: Group, chain: list[Operation]) -> bool:
         """An index chain from a value of ``g`` back into ``g`` stays on the same row/element."""
+        if any(op.op_name == "prim.reshape" for op in chain):
+            return False  # a reshape reads the materialized buffer: g would read itself
         if g.kind == "elementwise" or not chain:
             return True
         if g.kind == "matmul":

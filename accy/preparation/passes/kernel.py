@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from accy.choir.attributes import (
+    ArrayAttr,
     DenseArrayAttr,
     IntegerAttr,
     StringAttr,
@@ -44,6 +45,34 @@ MAX_CACHED_PER_THREAD = 32
 def _all_f32(region: RegionOp) -> bool:
     types = [v.type for v in region.operands] + list(region.result_types)
     return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+
+
+def _arena_offsets(func: FuncOp) -> dict[int, int]:
+    """Byte offset in the arena of every arena buffer (and every view of one) by id."""
+    plan = func.attr("memory.buffers")
+    entries = [dict(d.entries) for d in plan.values] if isinstance(plan, ArrayAttr) else []
+    by_id = {e["id"].value: e for e in entries}
+    out: dict[int, int] = {}
+    for i, e in by_id.items():
+        while "alias_of" in e:
+            e = by_id[e["alias_of"].value]
+        if e["kind"].value == "arena":
+            out[i] = e["offset"].value
+    return out
+
+
+def _vector_aligned(region: RegionOp, offsets: dict[int, int], vec: int) -> bool:
+    """Every arena buffer the region touches starts on a ``vec``-float boundary.
+
+    Arguments and results are allocated by the runtime (256-byte aligned); the
+    arena's own alignment (``memory.alignment``) may be as small as 1 byte.
+    """
+    ids: list[int] = []
+    for key in ("memory.inputs", "memory.outputs"):
+        a = region.attr(key)
+        if isinstance(a, DenseArrayAttr):
+            ids.extend(a.values)
+    return all(offsets[i] % (4 * vec) == 0 for i in ids if i in offsets)
 
 
 def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
@@ -77,10 +106,11 @@ class PlanKernels(Pass):
         for func in list(module.body.ops):
             if not isinstance(func, FuncOp):
                 continue
+            offsets = _arena_offsets(func)
             for region in [op for op in func.body.ops if isinstance(op, RegionOp)]:
                 name = f"k{n}_{region.kind}"
                 n += 1
-                plan = self.plan(region)
+                plan = self.plan(region, offsets)
                 kfunc = self.make_kernel(region, name, plan)
                 module.body.insert_before(func, kfunc)
                 launch = LaunchOp(region.operands, region.result_types,
@@ -94,23 +124,26 @@ class PlanKernels(Pass):
                 region.erase()
                 ctx.stat(f"{plan['mapping']}-kernels")
 
-    def plan(self, region: RegionOp) -> dict[str, object]:
+    def plan(self, region: RegionOp, offsets: dict[int, int] | None = None) \
+            -> dict[str, object]:
         kind = region.kind
         it = tuple(region.iteration)
         if self.target_kind == "host":
             return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
                     "vector_width": 1, "shared_bytes": 0}
         bs = self.block_size
+        aligned = _vector_aligned(region, offsets or {}, self.vector_width)
         if kind == "elementwise":
             n = math.prod(it) if it else 1
-            vec = self.vector_width if (_all_f32(region) and it and it[-1] % self.vector_width
-                                        == 0) else 1
+            vec = self.vector_width if (_all_f32(region) and aligned and it
+                                        and it[-1] % self.vector_width == 0) else 1
             blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
             return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                     "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
-            vec = self.vector_width if (_all_f32(region) and cols % self.vector_width == 0) else 1
+            vec = self.vector_width if (_all_f32(region) and aligned
+                                        and cols % self.vector_width == 0) else 1
             warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
             if warp:
                 rpb = self.rows_per_block or bs // 32

@@ -130,17 +130,28 @@ class Arena:
 
 
 def _reads_identically(region: RegionOp, arg_index: int) -> bool:
-    """The region reads input ``arg_index`` only at the element it writes."""
+    """The region reads input ``arg_index`` only at the element it writes.
+
+    Every value computed from the input counts: ``exp(x)`` read through a
+    transpose reads ``x`` at the transposed element.
+    """
     arg = region.body.args[arg_index]
     shape = tuple(region.iteration)
     if tuple(arg.type.shape) != shape:  # type: ignore[union-attr]
         return False
-    for user, _ in arg.uses:
-        if user.op_name in IDENTITY_READERS or user.op_name == "dispatch.yield":
-            continue
-        if user.op_name == "prim.reduce" and region.kind == "rows":
-            continue
-        return False
+    values: list[Value] = [arg]
+    seen: set[int] = set()
+    while values:
+        for user, _ in values.pop().uses:
+            if user.op_name == "dispatch.yield":
+                continue
+            if user.op_name == "prim.reduce" and region.kind == "rows":
+                continue  # a row statistic: computed before the row is written
+            if user.op_name not in IDENTITY_READERS:
+                return False
+            if id(user) not in seen:
+                seen.add(id(user))
+                values.extend(user.results)
     return True
 
 
@@ -248,6 +259,8 @@ class PlanBuffers(Pass):
                 continue
             if region.operands.count(v) != 1 or not _reads_identically(region, i):
                 continue
+            if any(root(buf_of[w]) is b for w in region.operands if w is not v):
+                continue  # another input is a view of the same bytes
             return b
         return None
 

@@ -1,0 +1,285 @@
+"""Kernel stage: plan-kernels (thread mapping, vector width, block/grid, tiles).
+
+Inputs come from the real pipelines (contract … kernel) on small programs and
+``graphs/*.mlir``; checks read the ``kernel.func`` plans and the printed IR.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from accy.choir.attributes import TensorType
+from accy.dialects.kernel import KernelFuncOp, LaunchOp
+from accy.preparation.options import STAGES, RunOptions
+from accy.preparation.products import SemanticModule
+from accy.preparation.stages import PreparationRequest, prepare_through, run_stage
+
+GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
+CUDA = "cuda:sm_90"
+
+
+def program(args: list[str], results: list[str], body: str) -> SemanticModule:
+    """A semantic module whose ``main`` takes ``args`` as ``%a0, %a1, …``."""
+    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
+                                       else f"({', '.join(results)})")
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
+    return SemanticModule.from_text(
+        f'"builtin.module"() ({{\n'
+        f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
+        f'  ^bb0({params}):\n'
+        f'{body}\n'
+        f'  }}) : () -> ()\n'
+        f'}}) : () -> ()\n', "k.mlir")
+
+
+def graph(name: str) -> SemanticModule:
+    return SemanticModule.from_file(str(GRAPHS[0].parent / f"{name}.mlir"))
+
+
+def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]]:
+    out = {}
+    for i, t in enumerate(sm.entry().function_type.inputs):
+        assert isinstance(t, TensorType)
+        out[i] = tuple(size if d is None else d for d in t.shape)
+    return out
+
+
+def kernel(sm: SemanticModule, shapes=None, opts=(), target: str = CUDA):
+    return prepare_through(sm, "kernel", RunOptions.parse(target, list(opts)), shapes or {})
+
+
+def plans(result) -> list[dict]:
+    """Each kernel's plan as plain values, in module order."""
+    out = []
+    for op in result.product.module.body.ops:
+        if isinstance(op, KernelFuncOp):
+            d = {"name": op.sym_name}
+            for k, v in op.attributes.items():
+                d[k] = getattr(v, "value", getattr(v, "values", v))
+            out.append(d)
+    return out
+
+
+def unary(name: str, t: str, out: str | None = None) -> SemanticModule:
+    out = out or t
+    return program([t], [out], f'    %0 = "semantic.{name}"(%a0) : ({t}) -> {out}\n'
+                               f'    "func.return"(%0) : ({out}) -> ()')
+
+
+# ------------------------------------------------------------------------ host
+
+
+@pytest.mark.parametrize("path", GRAPHS, ids=[p.stem for p in GRAPHS])
+def test_host_kernels_are_plain_loops(path):
+    sm = SemanticModule.from_file(str(path))
+    r = kernel(sm, graph_shapes(sm), target="host")
+    ps = plans(r)
+    assert ps and all(p["mapping"] == "loop" for p in ps)
+    assert all(p["block"] == (1, 1, 1) and p["grid"] == (1, 1, 1) for p in ps)
+    assert r.pass_stats["plan-kernels"] == {"loop-kernels": len(ps)}
+
+
+# ----------------------------------------------------------------- elementwise
+
+
+def test_elementwise_is_a_vectorized_grid_stride_loop():
+    r = kernel(graph("bias_gelu"), {0: (8, 4096)})
+    (p,) = plans(r)
+    assert p["mapping"] == "grid-stride" and p["kind"] == "elementwise"
+    assert p["vector_width"] == 4 and p["block"] == (256, 1, 1)
+    assert p["grid"] == (8 * 4096 // (4 * 256), 1, 1) and p["elements"] == 8 * 4096
+    assert r.pass_stats["plan-kernels"] == {"grid-stride-kernels": 1}
+
+
+def test_an_odd_last_dimension_is_not_vectorized():
+    r = kernel(unary("exp", "tensor<8x4095xf32>"))
+    (p,) = plans(r)
+    assert p["mapping"] == "grid-stride" and p["vector_width"] == 1
+    assert p["grid"] == (math.ceil(8 * 4095 / 256), 1, 1)
+
+
+def test_a_buffer_that_is_not_f32_is_not_vectorized():
+    r = kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xf16>"))
+    (p,) = plans(r)
+    assert p["vector_width"] == 1
+
+
+def test_vector_width_and_block_size_options():
+    sm = graph("bias_gelu")
+    (p,) = plans(kernel(sm, {0: (8, 4096)}, ["kernel.vector_width=2",
+                                             "kernel.block_size=128"]))
+    assert p["vector_width"] == 2 and p["block"] == (128, 1, 1)
+    assert p["grid"] == (8 * 4096 // (2 * 128), 1, 1)
+    (p,) = plans(kernel(unary("exp", "tensor<8x4098xf32>"), opts=["kernel.vector_width=2"]))
+    assert p["vector_width"] == 2  # 4098 divides by 2, not by 4
+
+
+def test_the_grid_is_capped_at_a_few_waves():
+    (p,) = plans(kernel(unary("exp", "tensor<4096x4096xf32>"), opts=["kernel.block_size=32"]))
+    assert p["grid"] == (4096, 1, 1)  # a grid-stride loop covers the rest
+
+
+# ------------------------------------------------------------------------ rows
+
+
+def test_long_rows_are_a_block_per_row_with_the_row_cached():
+    r = kernel(graph("softmax"), {0: (8, 4096)})
+    (p,) = plans(r)
+    assert p["mapping"] == "block-per-row" and p["kind"] == "rows"
+    assert p["grid"] == (8, 1, 1) and p["block"] == (256, 1, 1)
+    assert (p["rows"], p["cols"], p["vector_width"]) == (8, 4096, 4)
+    assert p["items"] == 4096 // (256 * 4)
+    assert p["cached_inputs"] == (0,)
+    assert p["shared_bytes"] > 0
+
+
+def test_layernorm_caches_the_row_but_not_the_broadcast_vectors():
+    (p,) = plans(kernel(graph("layernorm"), {0: (8, 4096)}))
+    assert p["mapping"] == "block-per-row" and p["cached_inputs"] == (0,)
+
+
+def test_short_rows_are_a_warp_per_row():
+    r = kernel(graph("softmax"), {0: (20, 256)})
+    (p,) = plans(r)
+    assert p["mapping"] == "warp-per-row"
+    assert p["rows_per_block"] == 8 and p["block"] == (256, 1, 1)
+    assert p["grid"] == (math.ceil(20 / 8), 1, 1)
+    assert p["items"] == 256 // (32 * 4) and p["cached_inputs"] == (0,)
+
+
+def test_block_size_changes_the_row_kernels():
+    sm = graph("softmax")
+    (long_rows,) = plans(kernel(sm, {0: (8, 4096)}, ["kernel.block_size=128"]))
+    assert long_rows["block"] == (128, 1, 1) and long_rows["grid"] == (8, 1, 1)
+    assert long_rows["items"] == 4096 // (128 * 4)
+    (short,) = plans(kernel(sm, {0: (20, 256)}, ["kernel.block_size=128"]))
+    assert short["block"] == (128, 1, 1) and short["rows_per_block"] == 4
+    assert short["grid"] == (5, 1, 1)
+
+
+def test_rows_per_block_option():
+    (p,) = plans(kernel(graph("softmax"), {0: (20, 256)}, ["kernel.rows_per_block=2"]))
+    assert p["mapping"] == "warp-per-row" and p["rows_per_block"] == 2
+    assert p["block"] == (64, 1, 1) and p["grid"] == (10, 1, 1)
+    (p,) = plans(kernel(graph("softmax"), {0: (20, 256)}, ["kernel.rows_per_block=1"]))
+    assert p["mapping"] == "block-per-row"
+
+
+def test_very_long_rows_are_not_cached():
+    (p,) = plans(kernel(graph("softmax"), {0: (4, 65536)}))
+    assert p["mapping"] == "block-per-row" and p["cached_inputs"] == ()
+
+
+def test_an_odd_row_is_not_vectorized():
+    (p,) = plans(kernel(graph("softmax"), {0: (8, 4095)}))
+    assert p["vector_width"] == 1 and p["mapping"] == "block-per-row"
+
+
+# ---------------------------------------------------------------------- matmul
+
+
+def test_matmul_is_tiled_with_the_grid_covering_the_output():
+    r = kernel(graph("mlp"), {0: (100, 256)})
+    first, second = plans(r)
+    for p, (m, n) in ((first, (100, 1024)), (second, (100, 256))):
+        assert p["mapping"] == "tiled" and p["tile"] == (64, 64, 16)
+        assert p["grid"] == (math.ceil(n / 64), math.ceil(m / 64), 1)
+        assert p["block"] == (16, 16, 1)
+    assert first["contraction"] == 256 and second["contraction"] == 1024
+
+
+def test_matmul_tile_options_are_reflected():
+    opts = ["kernel.tile_m=32", "kernel.tile_n=128", "kernel.tile_k=8"]
+    first, _ = plans(kernel(graph("mlp"), {0: (100, 256)}, opts))
+    assert first["tile"] == (32, 128, 8)
+    assert first["grid"] == (math.ceil(1024 / 128), math.ceil(100 / 32), 1)
+    assert first["block"] == (128 // 4, 32 // 4, 1)
+    assert first["shared_bytes"] == (32 * (8 + 1) + 8 * (128 + 4)) * 4
+
+
+def test_batched_matmul_puts_the_batch_on_the_grid():
+    r = kernel(graph("attention"), {i: (3, 128, 64) for i in range(3)})
+    first, soft, last = plans(r)
+    assert first["grid"] == (2, 2, 3) and last["grid"] == (1, 2, 3)
+    assert soft["mapping"] == "warp-per-row" and soft["rows"] == 3 * 128
+
+
+# -------------------------------------------------------------- launches, keys
+
+
+def test_every_region_becomes_a_kernel_and_a_launch():
+    sm = graph("all_ops")
+    mem = prepare_through(sm, "memory", RunOptions.parse(CUDA), {}).product
+    n_regions = sum(op.op_name == "dispatch.region" for op in mem.entry().body.ops)
+    r = kernel(sm)
+    launches = [op for op in r.product.entry().body.ops if isinstance(op, LaunchOp)]
+    kernels = {p["name"]: p for p in plans(r)}
+    assert len(launches) == len(kernels) == n_regions
+    assert [op.kernel for op in launches] == list(kernels)
+    assert all(op.attr("memory.inputs") is not None and op.attr("memory.outputs") is not None
+               for op in launches)
+    text = r.product.text()
+    assert "dispatch.region" not in text and "dispatch.yield" not in text
+    assert text.count('"kernel.yield"') == n_regions
+
+
+@pytest.mark.parametrize("option", ["kernel.block_size=128", "kernel.vector_width=1",
+                                    "kernel.tile_m=32", "kernel.rows_per_block=2"])
+def test_a_kernel_option_changes_only_the_kernel_product(option):
+    sm = graph("attention")
+    shapes = {i: (2, 128, 64) for i in range(3)}
+    base = RunOptions.parse(CUDA)
+    changed = RunOptions.parse(CUDA, [option])
+    a_prod, b_prod = sm, sm
+    for stage in STAGES[:-1]:
+        a = run_stage(stage, a_prod, PreparationRequest(options=base, shapes=shapes))
+        b = run_stage(stage, b_prod, PreparationRequest(options=changed, shapes=shapes))
+        if stage == "kernel":
+            assert a.key != b.key
+            assert a.product.fingerprint() != b.product.fingerprint()
+            assert a.plan_fingerprint != b.plan_fingerprint
+        else:
+            assert a.key == b.key, stage
+            assert a.product.fingerprint() == b.product.fingerprint(), stage
+            assert a.plan_fingerprint == b.plan_fingerprint, stage
+        a_prod, b_prod = a.product, b.product
+
+
+def test_the_target_kind_changes_only_the_kernel_and_target_keys():
+    sm = graph("softmax")
+    host = prepare_through(sm, "memory", RunOptions.parse("host"), {0: (8, 64)})
+    cuda = prepare_through(sm, "memory", RunOptions.parse(CUDA), {0: (8, 64)})
+    assert host.key == cuda.key
+    assert kernel(sm, {0: (8, 64)}, target="host").key != kernel(sm, {0: (8, 64)}).key
+
+
+# ------------------------------------------------------------ vector alignment
+
+
+@pytest.mark.parametrize("alignment", [1, 4, 8, 16, 256])
+def test_vectorized_kernels_only_touch_16_byte_aligned_buffers(alignment):
+    # a 3x1 row statistic (12 bytes) is allocated first: with a small arena alignment
+    # the next buffer would start at byte 12, where a float4 load faults
+    sm = program(["tensor<3x8xf32>"], ["tensor<3x8xf32>"], """\
+    %0 = "semantic.reduce_sum"(%a0) {axes = array<i64: 1>, keepdims = true} : (tensor<3x8xf32>) -> tensor<3x1xf32>
+    %1 = "semantic.exp"(%a0) : (tensor<3x8xf32>) -> tensor<3x8xf32>
+    %2 = "semantic.div"(%1, %0) : (tensor<3x8xf32>, tensor<3x1xf32>) -> tensor<3x8xf32>
+    "func.return"(%2) : (tensor<3x8xf32>) -> ()""")
+    r = kernel(sm, opts=["dispatch.fuse=false", f"memory.alignment={alignment}"])
+    func = r.product.entry()
+    offset = {}
+    for d in func.attr("memory.buffers").values:
+        e = dict(d.entries)
+        if e["kind"].value == "arena":
+            offset[e["id"].value] = e["offset"].value
+    ps = {p["name"]: p for p in plans(r)}
+    for launch in (op for op in func.body.ops if isinstance(op, LaunchOp)):
+        p = ps[launch.kernel]
+        ids = launch.attr("memory.inputs").values + launch.attr("memory.outputs").values
+        width = 4 * p["vector_width"]
+        assert all(offset[i] % width == 0 for i in ids if i in offset), (p, offset)
+    if alignment >= 16:
+        assert any(p["vector_width"] == 4 for p in ps.values())
