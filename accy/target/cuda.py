@@ -89,10 +89,15 @@ def _init(kind: str, el: str) -> str:
 def _params(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     ins = [f"in{i}" for i in range(len(k.body.args))]
     outs = [f"out{i}" for i in range(len(k.body.terminator.operands))]  # type: ignore[union-attr]
-    params = [f"const {STORAGE[elem_of(a)]}* __restrict__ {n}"
-              for a, n in zip(k.body.args, ins)]
-    params += [f"{STORAGE[elem_of(v)]}* __restrict__ {n}"
-               for v, n in zip(k.body.terminator.operands, outs)]  # type: ignore[union-attr]
+    aliased = set(k.ints_attr("aliased_params"))
+
+    def qual(i: int) -> str:  # pointers that share memory are not restrict
+        return "" if i in aliased else " __restrict__"
+
+    params = [f"const {STORAGE[elem_of(a)]}*{qual(i)} {n}"
+              for i, (a, n) in enumerate(zip(k.body.args, ins))]
+    params += [f"{STORAGE[elem_of(v)]}*{qual(len(ins) + i)} {n}"
+               for i, (v, n) in enumerate(zip(k.body.terminator.operands, outs))]  # type: ignore[union-attr]
     return ins, outs, params
 
 

@@ -34,12 +34,17 @@ def _prologue(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     ins = [f"in{i}" for i in range(len(k.body.args))]
     outs = [f"out{i}" for i in range(len(k.body.terminator.operands))]  # type: ignore[union-attr]
     lines = [f"void {k.sym_name}(void** buffers) {{"]
+    aliased = set(k.ints_attr("aliased_params"))
+
+    def qual(i: int) -> str:  # pointers that share memory are not restrict
+        return "" if i in aliased else " restrict"
+
     for i, (a, n) in enumerate(zip(k.body.args, ins)):
-        lines.append(f"  const {STORAGE[elem_of(a)]}* restrict {n} = "
+        lines.append(f"  const {STORAGE[elem_of(a)]}*{qual(i)} {n} = "
                      f"(const {STORAGE[elem_of(a)]}*)buffers[{i}];")
     base = len(ins)
     for i, (v, n) in enumerate(zip(k.body.terminator.operands, outs)):  # type: ignore[union-attr]
-        lines.append(f"  {STORAGE[elem_of(v)]}* restrict {n} = "
+        lines.append(f"  {STORAGE[elem_of(v)]}*{qual(base + i)} {n} = "
                      f"({STORAGE[elem_of(v)]}*)buffers[{base + i}];")
     return ins, outs, lines
 

@@ -9,6 +9,7 @@ compared bit for bit with NumPy.
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import numpy as np
@@ -458,3 +459,32 @@ def test_f64_to_f16_rounds_once(lib):
     assert np.all(np.isnan(got[nan].view(np.float16)))
     bad = np.nonzero(got[~nan] != want[~nan].view(np.uint16))[0]
     assert bad.size == 0, [(x[~nan][i], got[~nan][i].view(np.float16)) for i in bad[:5]]
+
+
+def test_pointers_that_share_memory_are_not_restrict() -> None:
+    """An output written in place over its input: neither pointer is restrict."""
+    import re
+
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import prepare_through
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sm = SemanticModule.from_file(os.path.join(root, "graphs", "elementwise_chain.mlir"))
+    for target in ("cuda:sm_90", "host"):
+        job = prepare_through(sm, "target", RunOptions.parse(target, ["dispatch.fuse=false"]),
+                              {0: (8, 64), 1: (1, 64)}).product
+        source = job.module.attributes["target.source"].value
+        kernels = [op for op in job.module.body.ops if op.op_name == "kernel.func"]
+        aliased = [k for k in kernels if k.ints_attr("aliased_params")]
+        assert aliased, "expected an in-place kernel with fusion off"
+        for k in aliased:
+            n_in = len(k.body.args)
+            for p in k.ints_attr("aliased_params"):
+                name = f"in{p}" if p < n_in else f"out{p - n_in}"
+                decl = re.search(rf"{k.sym_name}\(.*?\)" if target != "host" else
+                                 rf"void {k.sym_name}\(void\*\* buffers\) {{.*?\n}}",
+                                 source, re.S).group(0)
+                line = next(x for x in decl.replace(",", "\n").splitlines()
+                            if re.search(rf"\* *(?:__restrict__ |restrict )?{name}\b", x))
+                assert "restrict" not in line, line

@@ -61,6 +61,31 @@ def _arena_offsets(func: FuncOp) -> dict[int, int]:
     return out
 
 
+def _aliased_params(region: RegionOp, func: FuncOp) -> tuple[int, ...]:
+    """Kernel parameters (inputs, then outputs) that share memory with another one.
+
+    An output written in place over an input, or an input that is a view of
+    another input's buffer: such pointers must not be ``restrict``.
+    """
+    plan = func.attr("memory.buffers")
+    entries = [dict(d.entries) for d in plan.values] if isinstance(plan, ArrayAttr) else []
+    by_id = {e["id"].value: e for e in entries}
+
+    def root(i: int) -> int:
+        e = by_id.get(i)
+        while e is not None and ("alias_of" in e or "inplace_of" in e):
+            i = (e.get("alias_of") or e["inplace_of"]).value
+            e = by_id.get(i)
+        return i
+
+    ids: list[int] = []
+    for key in ("memory.inputs", "memory.outputs"):
+        a = region.attr(key)
+        ids += list(a.values) if isinstance(a, DenseArrayAttr) else []
+    roots = [root(i) for i in ids]
+    return tuple(p for p, r in enumerate(roots) if roots.count(r) > 1)
+
+
 def _vector_aligned(region: RegionOp, offsets: dict[int, int], vec: int) -> bool:
     """Every arena buffer the region touches starts on a ``vec``-float boundary.
 
@@ -111,6 +136,7 @@ class PlanKernels(Pass):
                 name = f"k{n}_{region.kind}"
                 n += 1
                 plan = self.plan(region, offsets)
+                plan["aliased_params"] = _aliased_params(region, func)
                 kfunc = self.make_kernel(region, name, plan)
                 module.body.insert_before(func, kfunc)
                 launch = LaunchOp(region.operands, region.result_types,
