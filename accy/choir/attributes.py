@@ -160,15 +160,26 @@ class IntegerAttr(Attribute):
     type: ScalarType = I64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class FloatAttr(Attribute):
-    """``1.0e-05 : f32``; the value is rounded to its type on construction."""
+    """``1.0e-05 : f32``; the value is rounded to its type on construction.
+
+    Equality is bit for bit, as in MLIR: ``0.0`` and ``-0.0`` differ, a NaN equals itself.
+    """
 
     value: float
     type: ScalarType = F32
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", round_to_type(float(self.value), self.type))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not FloatAttr:
+            return NotImplemented
+        return self.type == other.type and _bits_key(self.value) == _bits_key(other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.type, _bits_key(self.value)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +216,12 @@ class DenseArrayAttr(Attribute):
     element: ScalarType = I64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DenseElementsAttr(Attribute):
-    """``dense<…> : tensor<…>``; values are flat, row-major (one value when splat)."""
+    """``dense<…> : tensor<…>``; values are flat, row-major (one value when splat).
+
+    All-equal values are kept as a splat; equality is bit for bit (see :class:`FloatAttr`).
+    """
 
     type: TensorType
     values: tuple[Any, ...]
@@ -221,11 +235,23 @@ class DenseElementsAttr(Attribute):
             vals = tuple(bool(v) for v in self.values)
         else:
             vals = tuple(int(v) for v in self.values)
+        if (self.type.is_static and not self.splat and len(vals) > 1
+                and len(vals) == self.type.num_elements and len(set(map(_bits_key, vals))) == 1):
+            vals = vals[:1]  # all equal (bit for bit): the splat form, as MLIR keeps it
         object.__setattr__(self, "values", vals)
         if self.type.is_static and not self.splat and len(vals) == 1 and self.type.num_elements != 1:
             object.__setattr__(self, "splat", True)
         if self.splat and self.type.is_static and self.type.num_elements == 1:
             object.__setattr__(self, "splat", False)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not DenseElementsAttr:
+            return NotImplemented
+        return (self.type == other.type and self.splat == other.splat
+                and tuple(map(_bits_key, self.values)) == tuple(map(_bits_key, other.values)))
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.splat, tuple(map(_bits_key, self.values))))
 
     def to_numpy(self) -> np.ndarray:
         """The constant as a NumPy array of its type's shape and dtype."""
@@ -238,9 +264,7 @@ class DenseElementsAttr(Attribute):
     @staticmethod
     def from_numpy(array: np.ndarray, type: TensorType) -> DenseElementsAttr:
         flat = np.asarray(array).reshape(-1)
-        if flat.size > 1 and np.all(flat == flat[0]):
-            return DenseElementsAttr(type, (flat[0].item(),), splat=True)
-        return DenseElementsAttr(type, tuple(v.item() for v in flat))
+        return DenseElementsAttr(type, tuple(flat.tolist()))  # all-equal values become a splat
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,16 +331,34 @@ def round_bf16(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
+_NAN = float("nan")
+_NEG_NAN = -_NAN
+
+
+def _bits_key(v: Any) -> Any:
+    """Bit-exact identity of a value (``0.0`` and ``-0.0`` differ; NaNs of one sign agree)."""
+    return struct.pack("<d", v) if isinstance(v, float) else v
+
+
 def round_to_type(x: float, t: ScalarType) -> float:
-    """Round ``x`` to the precision of the float type ``t``."""
-    with np.errstate(over="ignore"):
+    """Round ``x`` to the precision of the float type ``t``.
+
+    Every NaN comes back as one of two shared objects (by sign), so attributes
+    holding a NaN keep value equality and a stable hash (a NaN is not equal to
+    itself, but Python compares containers by identity first).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
         if t.name == "f32":
-            return float(np.float32(x))
-        if t.name == "f16":
-            return float(np.float16(x))
-        if t.name == "bf16":
-            return round_bf16(x)
-    return float(x)
+            r = float(np.float32(x))
+        elif t.name == "f16":
+            r = float(np.float16(x))
+        elif t.name == "bf16":
+            r = round_bf16(x)
+        else:
+            r = float(x)
+    if r != r:
+        return _NAN if math.copysign(1.0, r) > 0 else _NEG_NAN
+    return r
 
 
 def i64_list(attr: Attribute | None) -> tuple[int, ...]:

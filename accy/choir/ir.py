@@ -13,7 +13,7 @@ Example
 >>> t = TensorType((4,), F32)
 >>> block = Block([t])
 >>> op = Operation.create("test.neg", [block.args[0]], [t])
->>> block.append(op)
+>>> _ = block.append(op)
 >>> op.operands[0] is block.args[0], len(block.args[0].uses)
 (True, 1)
 """

@@ -56,6 +56,11 @@ _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
 MAX_DEPTH = 200
 
 
+def _int(text: str) -> int:
+    """An integer literal: decimal (leading zeros allowed, as in MLIR) or ``0x`` hex."""
+    return int(text, 16) if text.lower().lstrip("-+").startswith("0x") else int(text, 10)
+
+
 class Parser:
     """A character-level recursive-descent parser over one source text."""
 
@@ -177,7 +182,7 @@ class Parser:
         text = self.number()
         if "." in text or ("e" in text.lower() and not text.lower().startswith(("0x", "-0x"))):
             raise self.error(f"expected {what}, found {text!r}", start)
-        return int(text, 0)
+        return _int(text)
 
     def _enter(self) -> None:
         self.depth += 1
@@ -217,6 +222,7 @@ class Parser:
         results: list[tuple[str, int, int]] = []  # (name, count, pos)
         if self.peek("%"):
             while True:
+                self.skip()
                 rpos = self.pos
                 name = self.value_name()
                 count = 1
@@ -267,6 +273,7 @@ class Parser:
         if self.peek("{"):
             attributes = self.attr_dict()
         self.expect(":", "':' and the operation's function type")
+        self.skip()
         type_pos = self.pos
         ftype = self.parse_type()
         if not isinstance(ftype, FunctionType):
@@ -287,6 +294,8 @@ class Parser:
                              f"{len(ftype.results)}", start)
         op = Operation.create(op_name, operands, ftype.results, attributes, properties, regions,
                               loc)
+        if isinstance(op, ModuleOp) and len(regions) == 1 and not regions[0].blocks:
+            regions[0].add_block(Block())  # a module always has its (implicit) block, as in MLIR
         k = 0
         for name, count, rpos in results:
             if name in self.scopes[-1]:
@@ -512,6 +521,7 @@ class Parser:
             text = self.number()
             t: ScalarType | None = None
             if self.accept(":"):
+                self.skip()
                 tpos = self.pos
                 ty = self.parse_type()
                 if not isinstance(ty, ScalarType):
@@ -541,18 +551,27 @@ class Parser:
         if t is None:
             if is_float_text:
                 return FloatAttr(float(text), ScalarType("f64"))
-            return IntegerAttr(int(text, 0))
+            return IntegerAttr(_int(text))
         if t.is_float:
             return FloatAttr(self._float_value(text, t, pos), t)
         if is_float_text:
             raise self.error(f"integer type {t} given a float value {text}", pos)
         if t.name == "i1":
-            return BoolAttr(bool(int(text, 0)))
-        return IntegerAttr(int(text, 0), t)
+            return BoolAttr(bool(self._int_in_range(text, t, pos)))
+        return IntegerAttr(self._int_in_range(text, t, pos), t)
+
+    def _int_in_range(self, text: str, t: ScalarType, pos: int) -> int:
+        """An integer literal that fits ``t`` (signed or unsigned, as MLIR accepts)."""
+        value = _int(text)
+        if not -(1 << (t.bits - 1)) <= value < (1 << t.bits):
+            raise self.error(f"integer {text} does not fit in {t}", pos)
+        return value
 
     def _float_value(self, text: str, t: ScalarType, pos: int) -> float:
         if text.lower().lstrip("-+").startswith("0x"):
             bits = int(text, 16)
+            if text.startswith("-") or bits >= 1 << t.bits:
+                raise self.error(f"hex float {text} is not a {t} bit pattern", pos)
             if t.name == "f64":
                 return struct.unpack("<d", struct.pack("<Q", bits))[0]
             if t.name == "f32":
@@ -567,6 +586,7 @@ class Parser:
     def dense_array(self) -> DenseArrayAttr:
         self.ident()
         self.expect("<", "'<' after 'array'")
+        self.skip()
         tpos = self.pos
         el = self.parse_type()
         if not isinstance(el, ScalarType) or not el.is_int:
@@ -574,7 +594,9 @@ class Parser:
         vals: list[int] = []
         if self.accept(":"):
             while True:
-                vals.append(self.integer())
+                self.skip()
+                vpos = self.pos
+                vals.append(self._int_in_range(str(self.integer()), el, vpos))
                 if not self.accept(","):
                     break
         self.expect(">", "'>' to end 'array<…>'")
@@ -595,6 +617,7 @@ class Parser:
             raw = ("list", self._dense_literal())
         self.expect(">", "'>' to end 'dense<…>'")
         self.expect(":", "':' and the type of the dense elements")
+        self.skip()
         tpos = self.pos
         t = self.parse_type()
         if not isinstance(t, TensorType) or not t.is_static:
@@ -617,6 +640,9 @@ class Parser:
                 bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
                 arr = bits[:n].astype(bool) if bits.size >= n else bits[:1].astype(bool)
             else:
+                if len(data) % dtype.itemsize:  # type: ignore[union-attr]
+                    raise self.error(f"hex dense elements of {len(data)} bytes do not hold "
+                                     f"whole {el} values", body_pos)
                 arr = np.frombuffer(data, dtype=dtype)  # type: ignore[arg-type]
             if arr.size not in (1, n):
                 raise self.error(f"hex dense elements hold {arr.size} values, type needs {n}",
@@ -667,7 +693,10 @@ class Parser:
             return self._float_value(text, el, pos)
         if "." in text or ("e" in text.lower() and not text.lower().startswith("0x")):
             raise self.error(f"float value {text} in an integer dense attribute", pos)
-        return int(text, 0)
+        value = self._int_in_range(text, el, pos)
+        if el.bits > 1 and value >= 1 << (el.bits - 1):  # stored as bits: 255 : i8 is -1
+            value -= 1 << el.bits
+        return value
 
     # ---------------------------------------------------------------- locations
     def parse_loc(self) -> Location | None:

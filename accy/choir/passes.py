@@ -268,7 +268,7 @@ class PassManager:
                     try:
                         self.verifier(module)
                     except VerifyError as e:
-                        raise _BrokenIR(f"pass '{p.name}' produced invalid IR: {e}", e.loc) \
+                        raise _BrokenIR(f"pass '{p.name}' produced invalid IR: {e.message}", e.loc) \
                             from e
                 n_ops = count_ops(module)
                 if n_ops > self.limits.max_ops:
@@ -281,7 +281,7 @@ class PassManager:
                 message = str(e) if isinstance(e, AccyError) else \
                     f"internal error in pass '{p.name}': {type(e).__name__}: {e}"
                 loc: Location | None = getattr(e, "loc", None)
-                ir = print_op(decode(snapshot))
+                ir = print_op(decode(snapshot), debuginfo=True)  # replay keeps the locations
                 truncated = False
                 if self.record_bytes is not None and len(ir.encode()) > self.record_bytes:
                     cut = ir.encode()[: self.record_bytes].decode("utf-8", "ignore")
@@ -292,6 +292,10 @@ class PassManager:
                                    str(loc) if loc is not None and loc.known else "")
                 self.last_reproducer = repro
                 cls = WorkLimitError if isinstance(e, WorkLimitError) else PassFailedError
+                if loc is not None and loc.known and isinstance(e, AccyError):
+                    # one ``FILE:LINE:COL: error: …`` line, not a location inside the message
+                    raise cls(f"pipeline '{self.name}', pass '{p.name}': {e.message}", repro,
+                              loc) from e
                 raise cls(f"pipeline '{self.name}', pass '{p.name}': {message}", repro) from e
             elapsed = time.perf_counter_ns() - t0
             for ins in self.instrumentations:
