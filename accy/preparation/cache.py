@@ -75,7 +75,7 @@ class PreparationFailed(AccyError):
     def __init__(self, failure: BackendPreparationFailure, report: PreparationReport,
                  error: PassFailedError | None = None) -> None:
         where = f" (reproducer: {failure.reproducer_path})" if failure.reproducer_path else ""
-        message = str(error) if error is not None else \
+        message = error.message if error is not None else \
             f"pipeline '{failure.pipeline}', pass '{failure.pass_name}': {failure.message}"
         super().__init__(f"the {failure.stage} stage failed: {message}{where}",
                          getattr(error, "loc", None))
