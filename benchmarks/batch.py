@@ -80,7 +80,7 @@ def measure(workers: int, vs: list, target: str) -> dict:  # type: ignore[type-a
             Client(cluster) as client:
         client.wait_for_workers(workers)
         # warm every worker up (imports, compiler start) on variants not measured
-        warm = [type(v)(v.program, v.target, {i: (k,) + tuple(s[1:])
+        warm = [type(v)(v.program, v.target, {i: (8 * k + 3,) + tuple(s[1:])
                                               for i, s in v.shapes.items()})
                 for k in range(1, workers + 1) for v in vs[:len(PROGRAMS)]]
         run_batch(client, warm, store_url=store)
