@@ -7,10 +7,10 @@ on small programs and on ``graphs/*.mlir``; checks read the printed IR.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from stage_programs import GRAPHS, graph, program
 
 import accy.reference_lowered  # noqa: F401  (registers the prim and dispatch impls)
 from accy.choir.attributes import TensorType, numpy_dtype
@@ -20,27 +20,8 @@ from accy.preparation.products import SemanticModule
 from accy.preparation.stages import PreparationRequest, prepare_through, run_stage
 from accy.reference import run_reference
 
-GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
 FREE = ("prim.broadcast", "prim.transpose", "prim.constant")
 """Index maps and constants: cloned into the regions that read them, never launches."""
-
-
-def program(args: list[str], results: list[str], body: str) -> SemanticModule:
-    """A semantic module whose ``main`` takes ``args`` as ``%a0, %a1, …``."""
-    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
-                                       else f"({', '.join(results)})")
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
-    return SemanticModule.from_text(
-        f'"builtin.module"() ({{\n'
-        f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
-        f'  ^bb0({params}):\n'
-        f'{body}\n'
-        f'  }}) : () -> ()\n'
-        f'}}) : () -> ()\n', "d.mlir")
-
-
-def graph(name: str) -> SemanticModule:
-    return SemanticModule.from_file(str(GRAPHS[0].parent / f"{name}.mlir"))
 
 
 def dispatch(sm: SemanticModule, shapes=None, opts=(), stage: str = "dispatch"):
@@ -251,7 +232,7 @@ def test_materialize_results_rejects_a_result_that_is_not_a_distinct_region_outp
     module = dispatch(sm, stage="tensor").product.clone_module()
     with pytest.raises(PassFailedError, match="not a distinct dispatch output") as info:
         PassManager("dispatch", (MaterializeResults(),)).run(module)
-    assert "d.mlir:4:5" in str(info.value.__cause__)
+    assert "p.mlir:4:5" in str(info.value.__cause__)
 
 
 def test_a_value_used_inside_a_region_and_returned_is_a_region_output():

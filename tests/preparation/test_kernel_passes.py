@@ -7,44 +7,16 @@ Inputs come from the real pipelines (contract … kernel) on small programs and
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
+from stage_programs import GRAPHS, graph, graph_shapes, program
 
-from accy.choir.attributes import TensorType
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.preparation.options import STAGES, RunOptions
 from accy.preparation.products import SemanticModule
 from accy.preparation.stages import PreparationRequest, prepare_through, run_stage
 
-GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
 CUDA = "cuda:sm_90"
-
-
-def program(args: list[str], results: list[str], body: str) -> SemanticModule:
-    """A semantic module whose ``main`` takes ``args`` as ``%a0, %a1, …``."""
-    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
-                                       else f"({', '.join(results)})")
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
-    return SemanticModule.from_text(
-        f'"builtin.module"() ({{\n'
-        f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
-        f'  ^bb0({params}):\n'
-        f'{body}\n'
-        f'  }}) : () -> ()\n'
-        f'}}) : () -> ()\n', "k.mlir")
-
-
-def graph(name: str) -> SemanticModule:
-    return SemanticModule.from_file(str(GRAPHS[0].parent / f"{name}.mlir"))
-
-
-def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]]:
-    out = {}
-    for i, t in enumerate(sm.entry().function_type.inputs):
-        assert isinstance(t, TensorType)
-        out[i] = tuple(size if d is None else d for d in t.shape)
-    return out
 
 
 def kernel(sm: SemanticModule, shapes=None, opts=(), target: str = CUDA):

@@ -10,43 +10,19 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from stage_programs import GRAPHS, graph_shapes, program
 
-from accy.choir.attributes import ArrayAttr, DenseArrayAttr, DictAttr, IntegerAttr, TensorType
+from accy.choir.attributes import ArrayAttr, DenseArrayAttr, DictAttr, IntegerAttr
 from accy.dialects.dispatch import RegionOp
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
 from accy.preparation.stages import prepare_through
 
-GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
-
-
-def program(args: list[str], results: list[str], body: str) -> SemanticModule:
-    """A semantic module whose ``main`` takes ``args`` as ``%a0, %a1, …``."""
-    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
-                                       else f"({', '.join(results)})")
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
-    return SemanticModule.from_text(
-        f'"builtin.module"() ({{\n'
-        f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
-        f'  ^bb0({params}):\n'
-        f'{body}\n'
-        f'  }}) : () -> ()\n'
-        f'}}) : () -> ()\n', "m.mlir")
-
 
 def memory(sm: SemanticModule, opts=(), shapes=None):
     return prepare_through(sm, "memory", RunOptions.parse("host", list(opts)), shapes or {})
-
-
-def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]]:
-    out = {}
-    for i, t in enumerate(sm.entry().function_type.inputs):
-        assert isinstance(t, TensorType)
-        out[i] = tuple(size if d is None else d for d in t.shape)
-    return out
 
 
 def _plain(a):

@@ -1,0 +1,43 @@
+"""Programs for the stage tests: small inline modules and the example graphs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accy.choir.attributes import TensorType
+from accy.preparation.products import SemanticModule
+
+GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
+
+
+def program_text(args: list[str], results: list[str], body: str) -> str:
+    """A module whose ``main`` takes ``args`` as ``%a0, %a1, …``; ``body`` starts on line 4."""
+    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
+                                       else f"({', '.join(results)})")
+    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
+    return (f'"builtin.module"() ({{\n'
+            f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
+            f'  ^bb0({params}):\n'
+            f'{body}\n'
+            f'  }}) : () -> ()\n'
+            f'}}) : () -> ()\n')
+
+
+def program(args: list[str], results: list[str], body: str,
+            file: str = "p.mlir") -> SemanticModule:
+    """The verified :class:`SemanticModule` of :func:`program_text`."""
+    return SemanticModule.from_text(program_text(args, results, body), file)
+
+
+def graph(name: str) -> SemanticModule:
+    """``graphs/<name>.mlir``."""
+    return SemanticModule.from_file(str(GRAPHS[0].parent / f"{name}.mlir"))
+
+
+def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]]:
+    """Every argument's shape with its ``?`` dims bound to ``size``."""
+    out = {}
+    for i, t in enumerate(sm.entry().function_type.inputs):
+        assert isinstance(t, TensorType)
+        out[i] = tuple(size if d is None else d for d in t.shape)
+    return out
