@@ -1,10 +1,11 @@
 """Batch recompilation of many program variants on one Dask cluster.
 
-:func:`run_batch` reads the published cache state once, submits every
-variant's refresh graph (:mod:`accy.distributed.graph`; shared stage runs are
-one task), and as each variant finishes gathers its products' receipts and
-publishes its new entries with compare-and-swap — a failed variant publishes
-nothing and fails only itself. It returns the report INTERFACE.md describes.
+:func:`run_batch` asks the scheduler to resolve every variant's published
+prefix (one round trip), submits the remaining tasks of all variants as one
+graph (:mod:`accy.distributed.graph`; shared stage runs are one task), and as
+variants finish gathers each one's small receipts task and publishes its new
+entries with compare-and-swap — a failed variant publishes nothing and fails
+only itself. It returns the report INTERFACE.md describes.
 
 Example
 -------

@@ -3,13 +3,14 @@
 A refresh of one variant is resolved on the client against the published
 cache state, then submitted:
 
-1. **Short-circuit.** From the semantic fingerprint, the client computes each
-   stage's content key ``H(stage, version, input fingerprint, options)`` and
-   looks it up in the published entries, which record each product's output
-   fingerprint — so the next stage's key follows. The longest published
-   prefix adds no task: the graph depends on the last prefix stage's held key
-   (pinned by the scheduler plugin), or reads its product from the artifact
-   store when it is no longer pinned.
+1. **Short-circuit.** From the semantic fingerprint, each stage's content key
+   ``H(stage, version, input fingerprint, options)`` is looked up in the
+   published entries, which record each product's output fingerprint — so
+   the next stage's key follows. The scheduler plugin walks this chain next
+   to the state (:mod:`accy.distributed.resolve`, one round trip for a whole
+   batch). The longest published prefix adds no task: the graph depends on
+   the last prefix stage's held key (pinned by the plugin), or reads its
+   product from the artifact store when it is no longer pinned.
 2. **Submit the rest.** The remaining stages are tasks keyed
    ``("accy_<stage>", hex)``: the first by its content key, each later one by
    a derivation key ``H(stage, version, previous task key, options)`` (its
