@@ -404,7 +404,10 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
     store_url = cache or default_store_url()
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     else:
         cluster = _local_cluster(workers or 2, ":8787")
         client = Client(cluster)

@@ -44,3 +44,14 @@ def test_keep_open_prints_the_dashboard_first_and_writes_the_report_before_waiti
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_an_unreachable_scheduler_is_one_error_line() -> None:
+    sweep = os.path.join(ROOT, "graphs", "sweeps", "quickstart.yaml")
+    proc = subprocess.run([sys.executable, "-m", "accy", "batch", sweep, "--scheduler",
+                           "tcp://127.0.0.1:9", "--no-progress"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("error: cannot reach the Dask scheduler")
+    assert "Traceback" not in proc.stderr
