@@ -248,6 +248,11 @@ class _Collector:
         self.version = int(reply.get("version", self.version))
 
 
+PUBLISH_INTERVAL_S = 0.2
+PUBLISH_GROUP = 128
+"""Finished variants are published at least this often / in groups of at most this many."""
+
+
 def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None = None,
               on_done: Callable[[VariantOutcome], None] | None = None) -> BatchResult:
     """Refresh every variant on ``client``'s cluster; publish each success atomically.
@@ -318,23 +323,36 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
         else:
             pending[p.summary.key] = p
     collector.publish(publications)
-    for done in as_completed([p.summary for p in pending.values()]).batches():
-        ok = [f for f in done if f.status == "finished"]
-        summaries = dict(zip((f.key for f in ok), client.gather(ok))) if ok else {}
-        publications = []
-        for f in done:
+    # Results arrive in the background (with_results); finished variants are
+    # published together every PUBLISH_INTERVAL_S, so the client makes a
+    # scheduler round trip per group of variants, not per variant.
+    publications = []
+    last_publish = time.monotonic()
+    finished = as_completed([p.summary for p in pending.values()], with_results=True,
+                            raise_errors=False)
+    for done in finished.batches():
+        for f, result in done:
             p = pending[f.key]
-            err = None if f.key in summaries else f.exception()
-            if err is None and f.key not in summaries:
-                # Cancelled (exception() is None), e.g. the only copy of its scattered
-                # program died with a worker: a failure, never an empty success.
-                err = CancelledError(f"the refresh was {f.status}: an input it needed "
-                                     f"was lost (a worker died?)")
-            o, pub = collector.collect(p, summaries.get(f.key), err)
+            if f.status != "finished":
+                # an erred stage (as_completed hands back (type, exception, traceback)),
+                # or a cancelled refresh (an input it needed was lost with a worker):
+                # a failure, never an empty success
+                if isinstance(result, tuple) and len(result) == 3:
+                    result = result[1]
+                err = result if isinstance(result, BaseException) else CancelledError(
+                    f"the refresh was {f.status}: an input it needed was lost "
+                    f"(a worker died?)")
+                o, pub = collector.collect(p, None, err)
+            else:
+                o, pub = collector.collect(p, result, None)
             if pub:
                 publications.append(pub)
             finish(o)
-        collector.publish(publications)
+        if publications and (time.monotonic() - last_publish >= PUBLISH_INTERVAL_S
+                             or len(publications) >= PUBLISH_GROUP):
+            collector.publish(publications)
+            publications, last_publish = [], time.monotonic()
+    collector.publish(publications)
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
     return BatchResult(ordered, time.perf_counter() - t0, len(distinct), collector.version)
 
