@@ -52,6 +52,7 @@ from accy.choir.attributes import (
 from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.ir import Block, Operation, Value
 from accy.errors import VerifyError
+from accy.numerics import erf, round_bf16_array
 
 Impl = Callable[[Operation, list[np.ndarray]], list[np.ndarray]]
 """An op implementation: (the op, its operand arrays) → its result arrays."""
@@ -158,76 +159,6 @@ def run_block(block: Block, args: Sequence[np.ndarray]) -> list[np.ndarray]:
             _check_array(arr, r.type, f"result {i} of '{op.op_name}'", op)
             env[r] = arr
     return []
-
-
-def round_bf16_array(x: np.ndarray) -> np.ndarray:
-    """Round to the nearest bfloat16 (ties to even) through float32, as float32.
-
-    The vectorized form of :func:`accy.choir.attributes.round_bf16`; NaN and
-    infinities pass through, finite values past the bf16 range become inf.
-
-    Example
-    -------
-    >>> round_bf16_array(np.array([1.00390625, 1.01171875, 3.4e38]))
-    array([1.      , 1.015625,      inf], dtype=float32)
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        f = np.asarray(x).astype(np.float32)
-    bits = f.view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
-               & np.uint32(0xFFFF0000))
-    return np.where(np.isfinite(f), rounded.view(np.float32), f)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function in float64, vectorized, to about 1e-15 relative.
-
-    Below 2.5 in magnitude it sums ``2/√π·e^{-x²}·Σ 2ⁿx^{2n+1}/(1·3·…·(2n+1))``
-    (all terms positive, so nothing cancels) in magnitude bands that stop early;
-    above, ``1 - erfc`` with erfc from its continued fraction.
-
-    Example
-    -------
-    >>> abs(float(erf(np.array(0.5))) - math.erf(0.5)) < 1e-15
-    True
-    """
-    x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    out = np.empty_like(a)
-    lo = 0.0
-    for hi in (0.25, 0.75, 1.5, 2.5):
-        band = (a >= lo) & (a < hi)
-        if band.any():
-            out[band] = _erf_series(a[band])
-        lo = hi
-    tail = a >= lo
-    if tail.any():
-        out[tail] = 1.0 - _erfc_continued_fraction(a[tail])
-    out[np.isnan(a)] = np.nan
-    return np.copysign(out, x)
-
-
-def _erf_series(a: np.ndarray) -> np.ndarray:
-    x2 = a * a
-    term = a.copy()
-    total = a.copy()
-    n = 0
-    while np.any(term > total * 1e-17):
-        n += 1
-        term *= x2
-        term *= 2.0 / (2 * n + 1)
-        total += term
-    return total * np.exp(-x2) * (2.0 / math.sqrt(math.pi))
-
-
-def _erfc_continued_fraction(a: np.ndarray, terms: int = 50) -> np.ndarray:
-    # erfc(a) = e^{-a²}/√π · 1/(a + (1/2)/(a + 1/(a + (3/2)/(a + …)))), evaluated backwards
-    t = a.copy()
-    for k in range(terms, 0, -1):
-        np.divide(k / 2.0, t, out=t)
-        t += a
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        return np.exp(-a * a) / (math.sqrt(math.pi) * t)
 
 
 # ------------------------------------------------------------------------- helpers

@@ -23,6 +23,7 @@ import numpy as np
 
 from accy.errors import AccyError, FragmentLoadError
 from accy.executable.compile import CompiledFragment, FragmentPlan
+from accy.numerics import bf16_bits
 
 _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
@@ -31,21 +32,15 @@ _REGISTRY: dict[str, LoadedFragment] = {}
 _LOCK = threading.Lock()
 
 
-def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    nan = (x & 0x7FFFFFFF) > 0x7F800000
-    r = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), r)
+def _from_bf16(a: Any) -> Any:
+    """float32 values of bf16 bit patterns, on the host or the device."""
+    return (a.astype(np.uint32) << 16).view(np.float32)
 
 
 def cupy_asnumpy(a: Any) -> np.ndarray:
     import cupy
 
     return cupy.asnumpy(a)
-
-
-def _from_bf16_bits(a: Any) -> Any:
-    return (a.astype(np.uint32) << 16).view(np.float32)
 
 
 class LoadedFragment:
@@ -116,7 +111,7 @@ class LoadedFragment:
         args = []
         for a, (_, el) in zip(inputs, self.plan.args):
             if el == "bf16":
-                a = _to_bf16_bits(np.asarray(a) if xp is np else cupy_asnumpy(a))
+                a = bf16_bits(np.asarray(a) if xp is np else cupy_asnumpy(a))
             arr = xp.ascontiguousarray(xp.asarray(a, dtype=_STORAGE[el]))
             if xp is not np and arr.data.ptr % 16:
                 arr = arr.copy()
@@ -126,7 +121,7 @@ class LoadedFragment:
     def _finish(self, xp: Any, results: list[Any]) -> list[Any]:
         out = []
         for r, (_, el) in zip(results, self.plan.results):
-            out.append(_from_bf16_bits(r) if el == "bf16" else r)
+            out.append(_from_bf16(r) if el == "bf16" else r)
         return out
 
     def _run_host(self, inputs: Sequence[Any]) -> list[Any]:

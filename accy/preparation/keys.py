@@ -37,7 +37,7 @@ _COMMON = ("accy.choir.ir", "accy.choir.attributes", "accy.choir.wire",
            "accy.preparation.products", "accy.dialects.semantic", "accy.dialects.shapes",
            "accy.preparation.passes.rewrite")
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "contract": ("accy.preparation.passes.contract", "accy.reference"),
+    "contract": ("accy.preparation.passes.contract", "accy.reference", "accy.numerics"),
     "tensor": ("accy.preparation.passes.tensor", "accy.preparation.passes.contract",
                "accy.dialects.prim"),
     "dispatch": ("accy.preparation.passes.dispatch", "accy.dialects.dispatch"),

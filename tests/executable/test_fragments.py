@@ -167,3 +167,26 @@ def test_option_variants_compile_to_cubins(name: str, options: tuple[str, ...],
     _, shapes = _inputs(sm, 48)
     job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90", options), shapes).product
     assert compile_fragment(job, str(tmp_path)).binary[:4] == b"\x7fELF"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("target", ["host", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_precision_inputs_and_outputs(element: str, target: str) -> None:
+    from accy.builder import Program
+
+    p = Program()
+    x = p.arg(f"4x33x{element}")
+    y = p.cast(p.exp(p.cast(x, "f32")), element)
+    p.ret(y, p.reduce_sum(p.cast(x, "f32"), [1]))
+    sm = p.build()
+    x0 = np.random.default_rng(5).standard_normal((4, 33)).astype(np.float32)
+    if element == "f16":
+        x0 = x0.astype(np.float16)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse(target)))
+    got = update.fragment(x0)
+    want = run_reference(sm.module, [x0])
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(np.asarray(g, np.float64), w.astype(np.float64), rtol=1e-6,
+                                   atol=1e-6)
