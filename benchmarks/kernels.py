@@ -140,7 +140,42 @@ def main() -> None:
               f"torch eager {entry.get('torch_eager_gbs', 0):7.0f}  "
               f"torch.compile {entry.get('torch_compile_gbs', 0):7.0f}  "
               f"cupy {entry['cupy_composed_gbs']:7.0f}  cold {cold:.3f}s", file=sys.stderr)
+    out["programs"]["mlp"] = _mlp(R, have_torch)
     print(json.dumps(out, indent=2))
+
+
+def _mlp(rows: int, have_torch: bool) -> dict:  # type: ignore[type-arg]
+    """The MLP block (two matmuls with bias and gelu epilogues): TFLOP/s, fp32."""
+    import cupy
+
+    rng = cupy.random.default_rng(1)
+    x = rng.standard_normal((rows, 256), dtype=cupy.float32)
+    w1 = rng.standard_normal((256, 1024), dtype=cupy.float32) / 16
+    b1 = rng.standard_normal((1024,), dtype=cupy.float32)
+    w2 = rng.standard_normal((1024, 256), dtype=cupy.float32) / 32
+    b2 = rng.standard_normal((256,), dtype=cupy.float32)
+    flops = 2 * rows * (256 * 1024 + 1024 * 256)
+    secs, result, cold, split, launches = _accy("mlp.mlir", {0: (rows, 256)}, [x, w1, b1, w2, b2])
+    entry = {"accy_tflops": flops / secs / 1e12, "accy_ms": secs * 1e3, "cold_compile_s": cold,
+             "cold_split_ms": split, "launches": [{k: v for k, v in launch.items()
+                                                   if k != "buffers"} for launch in launches]}
+    if have_torch:
+        import torch
+        import torch.nn.functional as F
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        tx, tw1, tb1, tw2, tb2 = (torch.as_tensor(a, device="cuda") for a in (x, w1, b1, w2, b2))
+
+        def fn():  # type: ignore[no-untyped-def]
+            return F.gelu(tx @ tw1 + tb1, approximate="tanh") @ tw2 + tb2
+
+        ref = fn().cpu().numpy().astype(np.float64)
+        mine = cupy.asnumpy(result).astype(np.float64)
+        entry["rel_err_vs_torch"] = float(np.linalg.norm(mine - ref) / np.linalg.norm(ref))
+        entry["torch_fp32_tflops"] = flops / _time_cuda(fn) / 1e12
+    print(f"mlp        accy {entry['accy_tflops']:6.1f} TFLOP/s  torch fp32 "
+          f"{entry.get('torch_fp32_tflops', 0):6.1f}  cold {cold:.3f}s", file=sys.stderr)
+    return entry
 
 
 def _cupy_softmax(x):  # type: ignore[no-untyped-def]
