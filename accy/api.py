@@ -75,12 +75,12 @@ def compile_program(path: str, options: RunOptions | None = None,
     from accy.preparation.cache import PreparationFailed
     from accy.preparation.report import variant_json, write_report
     from accy.preparation.stages import PreparationRequest
-    from accy.store import ArtifactStore
+    from accy.store import ArtifactStore, default_max_bytes
 
     options = options or RunOptions()
     shapes = dict(shapes or {})
     sm = load_program(path)
-    store = ArtifactStore(cache_dir) if cache_dir else None
+    store = ArtifactStore(cache_dir, default_max_bytes()) if cache_dir else None
     cache = FragmentCompilerCache(store=store, load=load)
     vid = variant_id(path, options, shapes)
     request = PreparationRequest(source=path, variant=vid, options=options, shapes=shapes)

@@ -51,6 +51,8 @@ _KEY = re.compile(r"[0-9a-f]{4,128}")
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_S = 3600.0
 DEFAULT_URL = "~/.cache/accy/store"
+DEFAULT_MAX_BYTES = 10 << 30
+"""10 GiB, unless ``$ACCY_STORE_MAX_BYTES`` or ``accy.store-max-bytes`` says otherwise."""
 
 
 def default_store_url() -> str:
@@ -71,17 +73,17 @@ def default_store_url() -> str:
     return str(dask.config.get("accy.store", DEFAULT_URL) or DEFAULT_URL)
 
 
-def default_max_bytes() -> int | None:
-    """``$ACCY_STORE_MAX_BYTES``, else Dask config ``accy.store-max-bytes``, else no bound."""
+def default_max_bytes() -> int:
+    """``$ACCY_STORE_MAX_BYTES``, else Dask config ``accy.store-max-bytes``, else 10 GiB."""
     env = os.environ.get("ACCY_STORE_MAX_BYTES")
     if env:
         return int(env)
     try:
         import dask.config
     except ImportError:  # pragma: no cover
-        return None
+        return DEFAULT_MAX_BYTES
     value = dask.config.get("accy.store-max-bytes", None)
-    return int(value) if value is not None else None
+    return int(value) if value is not None else DEFAULT_MAX_BYTES
 
 
 def _digest(payload: bytes) -> bytes:

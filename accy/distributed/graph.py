@@ -30,6 +30,7 @@ the control plane (task specs, small dicts) is Dask's own.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -100,11 +101,19 @@ def _reproducer_dir() -> str:
 
 
 def _store(url: str | None) -> Any:
+    """This process's store for ``url`` (one instance: its size index is kept)."""
     if url is None:
         return None
+    from accy.store import default_max_bytes
+
+    return _store_instance(url, default_max_bytes())
+
+
+@functools.cache
+def _store_instance(url: str, max_bytes: int) -> Any:
     from accy.store import ArtifactStore
 
-    return ArtifactStore(url)
+    return ArtifactStore(url, max_bytes)
 
 
 def _input_product(prev: Any, store: Any) -> Product:
