@@ -126,7 +126,11 @@ class KernelOptions:
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
-    """Matmul tile sizes."""
+    """Matmul tile sizes (16×16 threads a block, each a (tile_m/16)×(tile_n/16) micro-tile).
+
+    128×128×8 ran the MLP block 9 % faster on the H200 (18.9 against 17.3
+    TFLOP/s) but took 70 % longer to compile (NVRTC unrolls the larger micro-tile
+    and its epilogue): the default favours recompilation."""
 
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
@@ -143,6 +147,10 @@ class KernelOptions:
         _positive("kernel.tile_k", self.tile_k, power_of_two=True, at_most=64)
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
+        shared = self.tile_k * (self.tile_m + 1 + self.tile_n + 4) * 4
+        if shared > 48 * 1024:
+            raise OptionError(f"kernel.tile_k={self.tile_k} with {self.tile_m}×{self.tile_n} "
+                              f"tiles needs {shared} bytes of shared memory (at most 49152)")
 
 
 @dataclass(frozen=True)

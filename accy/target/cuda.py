@@ -331,7 +331,8 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     el = elem_of(mm.results[0])
     ct = COMPUTE[el]
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
-    nx, ny = tn // 4, tm // 4
+    mt_m, mt_n = k.ints_attr("micro_tile") or (4, 4)
+    nx, ny = tn // mt_n, tm // mt_m
     lines = [f"extern \"C\" __global__ void __launch_bounds__({nx * ny}) "
              f"{k.sym_name}({', '.join(params)}) {{",
              f"  __shared__ {ct} As[{tk}][{tm + 1}];",
@@ -343,11 +344,11 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              "  const long long bz = blockIdx.z;"]
     pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
     lines += ["  " + p for p in pre]
-    lines += [f"  {ct} acc[4][4];",
+    lines += [f"  {ct} acc[{mt_m}][{mt_n}];",
               "  #pragma unroll",
-              "  for (int i = 0; i < 4; ++i) {",
+              f"  for (int i = 0; i < {mt_m}; ++i) {{",
               "    #pragma unroll",
-              "    for (int jj = 0; jj < 4; ++jj) acc[i][jj] = 0;",
+              f"    for (int jj = 0; jj < {mt_n}; ++jj) acc[i][jj] = 0;",
               "  }",
               f"  for (long long k0 = 0; k0 < {k_}; k0 += {tk}) {{"]
     sa = Scope([])
@@ -377,14 +378,15 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    __syncthreads();",
               "    #pragma unroll",
               f"    for (int q = 0; q < {tk}; ++q) {{",
-              f"      {ct} ra[4], rb[4];",
+              f"      {ct} ra[{mt_m}], rb[{mt_n}];",
               "      #pragma unroll",
-              f"      for (int i = 0; i < 4; ++i) {{ ra[i] = As[q][ty + i * {ny}]; "
-              f"rb[i] = Bs[q][tx + i * {nx}]; }}",
+              f"      for (int i = 0; i < {mt_m}; ++i) ra[i] = As[q][ty + i * {ny}];",
               "      #pragma unroll",
-              "      for (int i = 0; i < 4; ++i) {",
+              f"      for (int jj = 0; jj < {mt_n}; ++jj) rb[jj] = Bs[q][tx + jj * {nx}];",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt_m}; ++i) {{",
               "        #pragma unroll",
-              "        for (int jj = 0; jj < 4; ++jj) acc[i][jj] += ra[i] * rb[jj];",
+              f"        for (int jj = 0; jj < {mt_n}; ++jj) acc[i][jj] += ra[i] * rb[jj];",
               "      }",
               "    }",
               "    __syncthreads();",
@@ -399,9 +401,9 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         off = b.offset(shape_of(v), idx, 0)
         stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
     lines += ["  #pragma unroll",
-              "  for (int i = 0; i < 4; ++i) {",
+              f"  for (int i = 0; i < {mt_m}; ++i) {{",
               "    #pragma unroll",
-              "    for (int jj = 0; jj < 4; ++jj) {",
+              f"    for (int jj = 0; jj < {mt_n}; ++jj) {{",
               f"      const long long m = m0 + ty + i * {ny}, n = n0 + tx + jj * {nx};",
               f"      if (m < {m_} && n < {n_}) {{",
               f"        const {ct} accv = acc[i][jj];",

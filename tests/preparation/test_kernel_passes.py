@@ -159,7 +159,7 @@ def test_matmul_is_tiled_with_the_grid_covering_the_output():
     for p, (m, n) in ((first, (100, 1024)), (second, (100, 256))):
         assert p["mapping"] == "tiled" and p["tile"] == (64, 64, 16)
         assert p["grid"] == (math.ceil(n / 64), math.ceil(m / 64), 1)
-        assert p["block"] == (16, 16, 1)
+        assert p["block"] == (16, 16, 1) and p["micro_tile"] == (4, 4)
     assert first["contraction"] == 256 and second["contraction"] == 1024
 
 
@@ -168,8 +168,9 @@ def test_matmul_tile_options_are_reflected():
     first, _ = plans(kernel(graph("mlp"), {0: (100, 256)}, opts))
     assert first["tile"] == (32, 128, 8)
     assert first["grid"] == (math.ceil(1024 / 128), math.ceil(100 / 32), 1)
-    assert first["block"] == (128 // 4, 32 // 4, 1)
-    assert first["shared_bytes"] == (32 * (8 + 1) + 8 * (128 + 4)) * 4
+    assert first["micro_tile"] == (32 // 16, 128 // 16)
+    assert first["block"] == (16, 16, 1)
+    assert first["shared_bytes"] == 8 * ((32 + 1) + (128 + 4)) * 4
 
 
 def test_batched_matmul_puts_the_batch_on_the_grid():

@@ -42,6 +42,11 @@ MAX_GRID_BLOCKS = 4096
 MAX_CACHED_PER_THREAD = 32
 
 
+def _element_bytes(op: Operation) -> int:
+    t = op.results[0].type
+    return t.element.nbytes if isinstance(t, TensorType) else 4
+
+
 def _all_f32(region: RegionOp) -> bool:
     types = [v.type for v in region.operands] + list(region.result_types)
     return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
@@ -193,10 +198,12 @@ class PlanKernels(Pass):
         batch = math.prod(out[:-2]) if len(out) > 2 else 1
         m, n = out[-2], out[-1]
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
-        return {"mapping": "tiled", "block": (tn // 4, tm // 4, 1),
+        # 16×16 threads a block; each computes a (tile_m/16)×(tile_n/16) micro-tile
+        mt_m, mt_n = max(1, tm // 16), max(1, tn // 16)
+        return {"mapping": "tiled", "block": (tn // mt_n, tm // mt_m, 1),
                 "grid": (math.ceil(n / tn), math.ceil(m / tm), batch), "vector_width": 1,
-                "shared_bytes": (tm * (tk + 1) + tk * (tn + 4)) * 4,
-                "tile": (tm, tn, tk), "micro_tile": (4, 4)}
+                "shared_bytes": tk * ((tm + 1) + (tn + 4)) * _element_bytes(mm),
+                "tile": (tm, tn, tk), "micro_tile": (mt_m, mt_n)}
 
     @staticmethod
     def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:
