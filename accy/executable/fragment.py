@@ -54,7 +54,8 @@ class LoadedFragment:
         if self.plan.language == "c":
             from accy.executable.device import HostLibrary
 
-            ws = workspace or tempfile.mkdtemp(prefix="accy-load-")
+            ws = workspace or os.path.join(tempfile.gettempdir(), f"accy-loaded-{os.getpid()}")
+            os.makedirs(ws, exist_ok=True)
             path = os.path.join(ws, f"fragment-{self.key[:16]}-{os.getpid()}.so")
             if not os.path.exists(path):
                 tmp = path + f".tmp{threading.get_ident()}"
