@@ -44,3 +44,4 @@ class DCE(Pass):
                         op.erase()
                         ctx.stat("erased")
                         changed = True
+                        changed = True
