@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Protocol
 from accy.choir.ir import Operation
 from accy.choir.location import Location
 from accy.errors import AccyError, PassFailedError, VerifyError, WorkLimitError
+from accy.files import write_atomic
 
 
 class _BrokenIR(AccyError):
@@ -164,14 +165,8 @@ class Reproducer:
     def write(self, directory: str | None = None, name: str | None = None) -> str:
         """Write the reproducer atomically as ``.mlir`` (it reads in mlir-opt); return its path."""
         directory = directory or tempfile.gettempdir()
-        os.makedirs(directory, exist_ok=True)
         name = name or f"accy-repro-{self.pipeline}-{self.pass_name}-{os.getpid()}.mlir"
-        path = os.path.join(directory, name)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".mlir")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(self.text())
-        os.replace(tmp, path)
-        return path
+        return write_atomic(os.path.join(directory, name), self.text())
 
     @staticmethod
     def read(path: str) -> Reproducer:

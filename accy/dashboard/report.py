@@ -20,7 +20,6 @@ True
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,18 +60,11 @@ def write_html_report(path: str | os.PathLike[str],
     from bokeh.resources import INLINE
 
     from accy.dashboard.figures import StagesDashboard
+    from accy.files import write_atomic
 
     board = StagesDashboard()
     board.update(as_snapshot(data))
     text = file_html(board.root, INLINE, title)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, text)
     return path

@@ -29,22 +29,10 @@ from typing import Any
 import numpy as np
 
 from accy.errors import FragmentCompileError, FragmentLoadError
+from accy.files import write_atomic
 
 DEFAULT_HOST_FLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
 """Flags :func:`compile_host` passes to the C compiler unless told otherwise."""
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name in the same folder."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- NVRTC (no GPU needed)
@@ -110,7 +98,7 @@ def compile_cuda(
     if workspace is not None:
         os.makedirs(workspace, exist_ok=True)
         source_path = os.path.join(workspace, name)
-        _write_atomic(source_path, source.encode())
+        write_atomic(source_path, source.encode())
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
@@ -120,7 +108,7 @@ def compile_cuda(
             log = nvrtc.getProgramLog(prog) or str(e)
             if source_path is None:
                 source_path = os.path.join(tempfile.mkdtemp(prefix="accy-cuda-"), name)
-                _write_atomic(source_path, source.encode())
+                write_atomic(source_path, source.encode())
             raise FragmentCompileError(
                 f"NVRTC failed to compile {name} for {arch} ({e})",
                 log=log,
@@ -190,7 +178,7 @@ def compile_host(
     os.makedirs(workspace, exist_ok=True)
     source_path = os.path.join(workspace, f"{name}.c")
     so_path = os.path.join(workspace, f"{name}.so")
-    _write_atomic(source_path, source.encode())
+    write_atomic(source_path, source.encode())
     fd, tmp = tempfile.mkstemp(dir=workspace, prefix=f".{name}-", suffix=".so.tmp")
     os.close(fd)
     cmd = [*_cc_command(), *flags, "-o", tmp, source_path, "-lm"]

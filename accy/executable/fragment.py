@@ -23,6 +23,7 @@ import numpy as np
 
 from accy.errors import AccyError, FragmentLoadError
 from accy.executable.compile import CompiledFragment, FragmentPlan
+from accy.files import write_atomic
 from accy.numerics import bf16_bits
 
 _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
@@ -58,10 +59,7 @@ class LoadedFragment:
             os.makedirs(ws, exist_ok=True)
             path = os.path.join(ws, f"fragment-{self.key[:16]}-{os.getpid()}.so")
             if not os.path.exists(path):
-                tmp = path + f".tmp{threading.get_ident()}"
-                with open(tmp, "wb") as f:
-                    f.write(compiled.binary)
-                os.replace(tmp, path)
+                write_atomic(path, compiled.binary)
             self._lib: Any = HostLibrary(path)
             self.device = "host"
         else:

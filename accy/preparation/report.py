@@ -31,11 +31,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accy.files import write_atomic
 from accy.preparation.options import STAGES
+from accy.preparation.stages import StageResult
 
 if TYPE_CHECKING:
     from accy.errors import PassFailedError
-    from accy.preparation.stages import StageResult
 
 RECEIPT_ORDER: tuple[str, ...] = (*STAGES, "compile", "load")
 """The stages a report lists, in pipeline order."""
@@ -297,21 +298,7 @@ def write_report(path: str, variants: Sequence[Mapping[str, Any]],
     """
     doc = {"variants": list(variants),
            "summary": dict(summary) if summary is not None else _summary(variants)}
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-report-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
 _summary = summary
