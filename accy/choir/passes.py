@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from accy.choir.ir import Operation
 from accy.choir.location import Location
@@ -69,12 +69,6 @@ class Pass:
     def options(self) -> dict[str, Any]:
         """The pass's options as JSON-able values."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-class Analysis(Protocol):
-    name: str
-
-    def __call__(self, module: Operation) -> Any: ...
 
 
 class AnalysisCache:
@@ -242,7 +236,6 @@ class PassManager:
         if verifier is None:
             from accy.choir.verifier import verify as verifier
         self.verifier = verifier
-        self.last_reproducer: Reproducer | None = None
 
     def run(self, module: Operation, ctx: PassContext | None = None) -> PipelineResult:
         """Run every pass; on failure raise :class:`PassFailedError` with a reproducer."""
@@ -285,7 +278,6 @@ class PassManager:
                     truncated = True
                 repro = Reproducer(self.name, p.name, p.options(), message, ir, truncated,
                                    str(loc) if loc is not None and loc.known else "")
-                self.last_reproducer = repro
                 cls = WorkLimitError if isinstance(e, WorkLimitError) else PassFailedError
                 if loc is not None and loc.known and isinstance(e, AccyError):
                     # one ``FILE:LINE:COL: error: …`` line, not a location inside the message

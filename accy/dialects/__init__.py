@@ -6,11 +6,4 @@ the parser and the wire decoder build declared ops.
 
 from __future__ import annotations
 
-import importlib
-
-for _name in ("semantic", "prim", "dispatch", "kernel"):
-    try:
-        importlib.import_module(f"accy.dialects.{_name}")
-    except ModuleNotFoundError as _e:  # pragma: no cover - a dialect still being written
-        if _e.name != f"accy.dialects.{_name}":
-            raise
+from accy.dialects import dispatch, kernel, prim, semantic  # noqa: F401  (register ops)

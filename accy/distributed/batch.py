@@ -116,7 +116,7 @@ class _Collector:
         record = plan.resolution.get("variant") or {}
         old_fields = (record or plan.resolution.get("nearest") or {}).get("fields") or {}
         for r in plan.resolved:
-            out.receipts.append(Receipt(r.stage, r.key, True, r.elapsed_ns,
+            out.receipts.append(Receipt(r.stage, r.key, True, 0,
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
         if error is not None:
             summary = self._partial(plan)

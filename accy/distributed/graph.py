@@ -259,7 +259,6 @@ class Resolved:
     stage: str
     key: str
     entry: dict[str, Any]
-    elapsed_ns: int
 
 
 @dataclass
@@ -277,8 +276,6 @@ class RefreshPlan:
     fully_reused: bool = False
     resolution: dict[str, Any] = field(default_factory=dict)
     """The scheduler's answer for this variant: prefix, compile entry, variant record."""
-    compile_future: Any = None
-    """The compile result: a new task's future, or the held key of a published compile."""
     summary: Any = None
     """A small task gathering the receipt fields of every submitted stage."""
     summary_key: Any = None
@@ -289,17 +286,10 @@ class RefreshPlan:
 
     def bind(self, futures: dict[Any, Any]) -> None:
         """Attach the futures of the submitted graph."""
-        from distributed import Future
-
         for stage in self.submitted:
             self.futures[stage] = futures[self.task_keys[stage]]
         if self.summary_key is not None:
             self.summary = futures[self.summary_key]
-        ckey = self.task_keys.get("compile")
-        if ckey is not None:
-            self.compile_future = futures.get(ckey) or next(
-                (h for h in self.held if isinstance(h, Future) and h.key == ckey), None)
-
 
 
 def scatter_module(client: Any, module: SemanticModule) -> Any:
@@ -381,7 +371,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
 
     options = request.run_options()
     shapes = dict(request.shapes)
-    resolved = [Resolved(r["stage"], r["key"], r["entry"], 0)
+    resolved = [Resolved(r["stage"], r["key"], r["entry"])
                 for r in resolution.get("resolved", [])]
     fp = resolved[-1].entry["fingerprint"] if resolved else module.fingerprint()
     rd = request.to_dict()

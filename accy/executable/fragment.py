@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -185,22 +185,3 @@ def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \
         loaded = LoadedFragment(compiled, workspace)
         _REGISTRY[compiled.key.hex] = loaded
         return loaded, False
-
-
-def loaded_keys() -> list[str]:
-    """Compile keys loaded in this process."""
-    with _LOCK:
-        return list(_REGISTRY)
-
-
-def compile_and_run(sm: Any, arrays: Sequence[np.ndarray], options: Any,
-                    shapes: Mapping[int, tuple[int, ...]]) -> list[np.ndarray]:
-    """One-shot: prepare, compile, load and run (``accy run`` without --reference)."""
-    from accy.executable.compile import compile_fragment
-    from accy.preparation.stages import prepare_through
-
-    job = prepare_through(sm, "target", options, shapes).product
-    compiled = compile_fragment(job)  # type: ignore[arg-type]
-    loaded, _ = load_fragment(compiled)
-    out = loaded(*arrays)
-    return [np.asarray(o) if not hasattr(o, "get") else o.get() for o in out]

@@ -87,11 +87,6 @@ class StageKey:
     hex: str
     fields: dict[str, Any]
 
-    @property
-    def task_key(self) -> tuple[str, str]:
-        """The Dask key of this stage run: ``("accy_<stage>", hex)``."""
-        return (f"accy_{self.fields['stage']}", self.hex)
-
 
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)

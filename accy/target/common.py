@@ -206,13 +206,12 @@ class ExprBuilder:
         Emit CUDA spellings (``__restrict__``, ``rsqrtf``…).
     """
 
-    def __init__(self, inputs: list[str], *, cuda: bool, wide: bool = True,
+    def __init__(self, inputs: list[str], *, cuda: bool,
                  load_hook: Callable[[int, tuple[str, ...], int], str | None] | None = None,
                  fast_math: bool = False, prefix: str = "accy") -> None:
         self.inputs = inputs
         self.prefix = prefix
         self.cuda = cuda
-        self.wide = wide
         self.load_hook = load_hook
         self.fast_math = fast_math
         self.bound: dict[Value, str] = {}
@@ -388,15 +387,6 @@ def _int_range(el: str) -> tuple[str, str]:
             "i32": ("-2147483648", "2147483647"),
             "i64": ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
             "index": ("(-9223372036854775807LL - 1)", "9223372036854775807LL")}[el]
-
-
-@dataclass
-class KernelSource:
-    """One kernel's emitted text and its launch facts."""
-
-    name: str
-    text: str
-    params: list[str]
 
 
 def decompose(linear: str, shape: tuple[int, ...], prefix: str, ct: str = "long long") \

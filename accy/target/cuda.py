@@ -25,6 +25,7 @@ from accy.target.common import (
     _int_range,
     decompose,
     elem_of,
+    load_convert,
     shape_of,
     store_convert,
     strides_of,
@@ -256,7 +257,6 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                     inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
                                        f"({ins[kidx]} + ({off})));")
                 else:
-                    from accy.target.common import load_convert
                     inner.lines.append(f"{name}[j] = {load_convert(f'{ins[kidx]}[{off}]', elem_of(arg))};")
         column_loop(load_regs)
 
@@ -267,23 +267,22 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         el = elem_of(op.results[0])
         ct = COMPUTE[el]
         acc = b.fresh("acc")
-        red_ct = "double" if ct == "float" and kind == "sum" and False else ct
-        lines.append(f"{red_ct} {acc} = {_init(kind, el)};")
+        lines.append(f"{ct} {acc} = {_init(kind, el)};")
 
-        def accumulate(inner: Scope, op=op, acc=acc, kind=kind, red_ct=red_ct) -> None:  # type: ignore[no-untyped-def]
+        def accumulate(inner: Scope, op=op, acc=acc, kind=kind, ct=ct) -> None:  # type: ignore[no-untyped-def]
             for lane in range(vec):
                 val = b.expr(op.operands[0], ident, inner, lane)
-                inner.lines.append(f"{acc} = {_combine(kind, acc, val, red_ct)};")
+                inner.lines.append(f"{acc} = {_combine(kind, acc, val, ct)};")
         column_loop(accumulate)
         # warp tree, then across warps through shared memory
         lines.append(f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                     f"{_combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', red_ct)};")
+                     f"{_combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};")
         if not warp:
             nw = tpr // 32
             lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};", "__syncthreads();",
-                      f"{acc} = (t & 31) < {nw} ? ({red_ct})accy_sh[t & 31] : {_init(kind, el)};",
+                      f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : {_init(kind, el)};",
                       f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                      f"{_combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', red_ct)};",
+                      f"{_combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};",
                       "__syncthreads();"]
         b.bound[op.results[0]] = acc
 
