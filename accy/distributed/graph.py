@@ -132,6 +132,31 @@ def _input_product(prev: Any, store: Any) -> Product:
 # ------------------------------------------------------------------ worker tasks
 
 
+def _stage_result_from_store(data: bytes) -> StageResult:
+    result = StageResult.from_wire(data)
+    result.product.verify()
+    result.origin = "store"
+    return result
+
+
+def _read_back(store: Any, key: str, decode: Any) -> Any:
+    """The stored artifact under ``key``, decoded, with the read time as its elapsed_ns;
+    None on a miss. A corrupt entry is a miss (and is removed), never a crash."""
+    if store is None:
+        return None
+    t0 = time.perf_counter_ns()
+    data = store.get(key)
+    if data is None:
+        return None
+    try:
+        value = decode(data)
+    except AccyError:
+        store.delete(key)
+        return None
+    value.elapsed_ns = time.perf_counter_ns() - t0
+    return value
+
+
 def stage_task(stage: str, prev: Any, request: dict[str, Any], store_url: str | None) \
         -> StageResult:
     """Run (or read back from the store) one stage on a worker."""
@@ -143,18 +168,9 @@ def stage_task(stage: str, prev: Any, request: dict[str, Any], store_url: str | 
     product = _input_product(prev, store)
     preq = req.preparation_request()
     key = stage_key(stage, product.fingerprint(), preq.options, preq.shapes)
-    if store is not None:
-        t0 = time.perf_counter_ns()
-        data = store.get(key.hex)
-        if data is not None:
-            try:
-                result = StageResult.from_wire(data)
-                result.product.verify()
-                result.origin = "store"
-                result.elapsed_ns = time.perf_counter_ns() - t0
-                return result
-            except AccyError:
-                store.delete(key.hex)  # a corrupt entry is a miss: recompute below
+    stored = _read_back(store, key.hex, _stage_result_from_store)
+    if stored is not None:
+        return stored
     try:
         result = run_stage(stage, product, preq, key)
     except PassFailedError as e:
@@ -176,17 +192,10 @@ def compile_task(prev: StageResult, request: dict[str, Any], store_url: str | No
     store = _store(store_url)
     job = prev.product
     key = compile_key(job)  # type: ignore[arg-type]
-    if store is not None:
-        t0 = time.perf_counter_ns()
-        data = store.get(key.hex)
-        if data is not None:
-            try:
-                compiled = CompiledFragment.from_wire(data)
-                compiled.meta["origin"] = "store"
-                compiled.elapsed_ns = time.perf_counter_ns() - t0
-                return compiled
-            except AccyError:
-                store.delete(key.hex)
+    stored = _read_back(store, key.hex, CompiledFragment.from_wire)
+    if stored is not None:
+        stored.meta["origin"] = "store"
+        return stored
     try:
         compiled = compile_fragment(job, os.path.join(tempfile.gettempdir(), "accy-fragments"),
                                     key)  # type: ignore[arg-type]

@@ -87,24 +87,27 @@ class LoadedFragment:
                 return self._run_host(inputs)
             return self._run_cuda(inputs)
 
-    def _views(self, xp: Any, args: list[Any], arena: Any) -> tuple[dict[int, Any], list[Any]]:
+    def _views(self, xp: Any, args: Sequence[Any], arena: Any,
+               results: Sequence[Any] | None = None) -> tuple[dict[int, Any], list[Any]]:
+        """Every buffer of the plan as an array: arguments, results (allocated unless
+        given), arena slices and reshaped views."""
         views: dict[int, Any] = {}
-        results: list[Any] = [None] * len(self.plan.results)
+        out: list[Any] = list(results) if results is not None else [None] * len(self.plan.results)
         for b in self.plan.buffers:
             dtype = _STORAGE[b["dtype"]]
             shape = tuple(b["shape"])
             if b["kind"] == "arg":
                 views[b["id"]] = args[b["index"]]
             elif b["kind"] == "result":
-                r = xp.empty(shape, dtype=dtype)
-                views[b["id"]] = r
-                results[b["index"]] = r
+                if results is None:
+                    out[b["index"]] = xp.empty(shape, dtype=dtype)
+                views[b["id"]] = out[b["index"]]
             elif b["kind"] == "arena":
                 views[b["id"]] = arena[b["offset"]:b["offset"] + b["bytes"]].view(dtype) \
                     .reshape(shape)
             elif b["kind"] == "alias":
                 views[b["id"]] = views[b["alias_of"]].reshape(shape)
-        return views, results
+        return views, out
 
     def _prepare(self, xp: Any, inputs: Sequence[Any]) -> list[Any]:
         args = []
@@ -138,41 +141,29 @@ class LoadedFragment:
         import cupy
 
         on_device = all(isinstance(a, cupy.ndarray) for a in inputs)
-        args = self._prepare(cupy, inputs)
-        if self._arena is None:
-            self._arena = cupy.empty(max(self.plan.arena_bytes, 1), dtype=cupy.uint8)
-        views, results = self._views(cupy, args, self._arena)
-        for launch in self.plan.launches:
-            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
-                                [views[i] for i in launch["buffers"]])
+        views, results = self._views(cupy, self._prepare(cupy, inputs), self._device_arena())
+        self._launch_cuda(views)
         results = self._finish(cupy, results)
         return results if on_device else [cupy.asnumpy(r) for r in results]
 
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
         """Run the launch table on device arrays already prepared (for benchmarks)."""
-        views, _ = self._views_preallocated(args, results)
-        for launch in self.plan.launches:
-            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
-                                [views[i] for i in launch["buffers"]])
+        import cupy
 
-    def _views_preallocated(self, args: Sequence[Any], results: Sequence[Any]) \
-            -> tuple[dict[int, Any], None]:
+        views, _ = self._views(cupy, args, self._device_arena(), results)
+        self._launch_cuda(views)
+
+    def _device_arena(self) -> Any:
         import cupy
 
         if self._arena is None:
             self._arena = cupy.empty(max(self.plan.arena_bytes, 1), dtype=cupy.uint8)
-        views: dict[int, Any] = {}
-        for b in self.plan.buffers:
-            if b["kind"] == "arg":
-                views[b["id"]] = args[b["index"]]
-            elif b["kind"] == "result":
-                views[b["id"]] = results[b["index"]]
-            elif b["kind"] == "arena":
-                views[b["id"]] = self._arena[b["offset"]:b["offset"] + b["bytes"]].view(
-                    _STORAGE[b["dtype"]]).reshape(tuple(b["shape"]))
-            else:
-                views[b["id"]] = views[b["alias_of"]].reshape(tuple(b["shape"]))
-        return views, None
+        return self._arena
+
+    def _launch_cuda(self, views: dict[int, Any]) -> None:
+        for launch in self.plan.launches:
+            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
+                                [views[i] for i in launch["buffers"]])
 
 
 def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \

@@ -17,6 +17,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from accy.choir.attributes import DenseArrayAttr, DenseElementsAttr, StringAttr, TensorType
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
@@ -407,3 +408,35 @@ def decompose(linear: str, shape: tuple[int, ...], prefix: str, ct: str = "long 
                 lines.append(f"const {ct} {nxt} = ({rest}) / {shape[d]};")
                 rest = nxt
     return lines, tuple(reversed(names))
+
+
+def combine(kind: str, a: str, b: str, ct: str) -> str:
+    """C for one step of a ``sum``/``max``/``min`` reduction in compute type ``ct``."""
+    if kind == "sum":
+        return f"({a} + {b})"
+    if ct in ("float", "double"):
+        f = "f" if ct == "float" else ""
+        return f"fmax{f}({a}, {b})" if kind == "max" else f"fmin{f}({a}, {b})"
+    return f"(({a}) > ({b}) ? ({a}) : ({b}))" if kind == "max" else \
+        f"(({a}) < ({b}) ? ({a}) : ({b}))"
+
+
+def reduce_init(kind: str, el: str) -> str:
+    """The identity of a ``sum``/``max``/``min`` reduction over element type ``el``."""
+    ct = COMPUTE[el]
+    if ct in ("float", "double"):
+        return REDUCE_INIT[kind] if ct == "float" else f"(double){REDUCE_INIT[kind]}"
+    lo, hi = _int_range(el if el not in ("i1",) else "i32")
+    return REDUCE_INIT_I[kind].format(lo=lo, hi=hi)
+
+
+def translation_unit(head: list[str], kernels: list[Any],
+                     emit: Callable[[Any], tuple[str, list[str]]]) -> str:
+    """``head``, then every kernel's constant tables, then the kernels' text."""
+    tables: list[str] = []
+    texts = []
+    for k in kernels:
+        text, tabs = emit(k)
+        tables.extend(tabs)
+        texts.append(text)
+    return "\n".join([*head, *tables, *texts]) + "\n"

@@ -36,6 +36,7 @@ from accy.choir.ir import Block, Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.kernel import KernelFuncOp, KernelYieldOp, LaunchOp
+from accy.preparation.options import KernelOptions
 from accy.preparation.passes.memory import IDENTITY_READERS
 
 MAX_GRID_BLOCKS = 4096
@@ -124,12 +125,12 @@ class PlanKernels(Pass):
 
     name = "plan-kernels"
     target_kind: str = "host"
-    block_size: int = 256
-    vector_width: int = 4
-    rows_per_block: int = 0
-    tile_m: int = 64
-    tile_n: int = 64
-    tile_k: int = 16
+    block_size: int = KernelOptions.block_size
+    vector_width: int = KernelOptions.vector_width
+    rows_per_block: int = KernelOptions.rows_per_block
+    tile_m: int = KernelOptions.tile_m
+    tile_n: int = KernelOptions.tile_n
+    tile_k: int = KernelOptions.tile_k
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
         n = 0

@@ -50,32 +50,18 @@ def _is(v: Value, number: int) -> bool:
     return s is not None and not isinstance(s, bool) and s == number
 
 
-def _add(op: Operation) -> Value | bool:
-    a, b = op.operands
-    if _is(b, 0) and _same_type(op, a):
-        return a
-    if _is(a, 0) and _same_type(op, b):
-        return b
-    return False
+def _neutral(n: int, commutative: bool) -> Rewrite:
+    """``x ∘ n → x`` (and ``n ∘ x → x`` when ∘ commutes), when nothing was broadcast."""
 
+    def rewrite(op: Operation) -> Value | bool:
+        a, b = op.operands
+        if _is(b, n) and _same_type(op, a):
+            return a
+        if commutative and _is(a, n) and _same_type(op, b):
+            return b
+        return False
 
-def _sub(op: Operation) -> Value | bool:
-    a, b = op.operands
-    return a if _is(b, 0) and _same_type(op, a) else False
-
-
-def _mul(op: Operation) -> Value | bool:
-    a, b = op.operands
-    if _is(b, 1) and _same_type(op, a):
-        return a
-    if _is(a, 1) and _same_type(op, b):
-        return b
-    return False
-
-
-def _div(op: Operation) -> Value | bool:
-    a, b = op.operands
-    return a if _is(b, 1) and _same_type(op, a) else False
+    return rewrite
 
 
 def _involution(op: Operation) -> Value | bool:
@@ -130,10 +116,10 @@ def _transpose(op: Operation) -> Value | bool:
 
 
 REWRITES: dict[str, Rewrite] = {
-    "semantic.add": _add,
-    "semantic.sub": _sub,
-    "semantic.mul": _mul,
-    "semantic.div": _div,
+    "semantic.add": _neutral(0, commutative=True),
+    "semantic.sub": _neutral(0, commutative=False),
+    "semantic.mul": _neutral(1, commutative=True),
+    "semantic.div": _neutral(1, commutative=False),
     "semantic.neg": _involution,
     "semantic.relu": _idempotent,
     "semantic.abs": _idempotent,
