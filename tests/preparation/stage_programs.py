@@ -41,3 +41,15 @@ def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]
         assert isinstance(t, TensorType)
         out[i] = tuple(size if d is None else d for d in t.shape)
     return out
+
+
+def filecheck(text: str, *checks: str) -> None:
+    """Each check must appear after the previous one; ``NOT: x`` means x appears nowhere."""
+    pos = 0
+    for c in checks:
+        if c.startswith("NOT:"):
+            assert c[4:].strip() not in text, f"{c!r} found in\n{text}"
+            continue
+        i = text.find(c, pos)
+        assert i >= 0, f"{c!r} not found after offset {pos} in\n{text}"
+        pos = i + len(c)

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from stage_programs import filecheck, program_text
 
 from accy.choir.parser import parse_module
 from accy.choir.passes import PASS_REGISTRY, PassContext, PassManager, replay
@@ -17,32 +18,12 @@ from accy.reference import run_reference
 
 def program(args: list[str], results: list[str], body: str, file: str = "c.mlir"):
     """A parsed module whose ``main`` takes ``args``; ``body`` starts on line 4."""
-    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
-                                       else f"({', '.join(results)})")
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
-    text = (f'"builtin.module"() ({{\n'
-            f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
-            f'  ^bb0({params}):\n'
-            f'{body}\n'
-            f'  }}) : () -> ()\n'
-            f'}}) : () -> ()\n')
-    return parse_module(text, file)
-
+    return parse_module(program_text(args, results, body), file)
 
 def run(module, *passes):
     return PassManager("contract", passes).run(module)
 
 
-def filecheck(text: str, *checks: str) -> None:
-    """Each check must appear after the previous one; ``NOT: x`` means x appears nowhere."""
-    pos = 0
-    for c in checks:
-        if c.startswith("NOT:"):
-            assert c[4:].strip() not in text, f"{c!r} found in\n{text}"
-            continue
-        i = text.find(c, pos)
-        assert i >= 0, f"{c!r} not found after offset {pos} in\n{text}"
-        pos = i + len(c)
 
 
 def ops(module) -> list[str]:

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from stage_programs import GRAPHS, graph, program
+from stage_programs import GRAPHS, filecheck, graph, program
 
 import accy.reference_lowered  # noqa: F401  (registers the prim and dispatch impls)
 from accy.choir.attributes import TensorType, numpy_dtype
@@ -38,16 +38,6 @@ def body_ops(region: RegionOp) -> list[str]:
             and op.op_name != "dispatch.yield"]
 
 
-def filecheck(text: str, *checks: str) -> None:
-    """Each check must appear after the previous one; ``NOT: x`` means x appears nowhere."""
-    pos = 0
-    for c in checks:
-        if c.startswith("NOT:"):
-            assert c[4:].strip() not in text, f"{c!r} found in\n{text}"
-            continue
-        i = text.find(c, pos)
-        assert i >= 0, f"{c!r} not found after offset {pos} in\n{text}"
-        pos = i + len(c)
 
 
 def kinds(text: str) -> list[str]:

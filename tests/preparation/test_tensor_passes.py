@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stage_programs import filecheck, program_text
 
 import accy.reference_lowered  # noqa: F401  (registers the prim impls)
 from accy.choir.attributes import TensorType, numpy_dtype
@@ -28,35 +29,19 @@ from accy.preparation.passes.tensor import (
 )
 from accy.reference import run_reference
 
+
+def program(args: list[str], results: list[str], body: str, file: str = "t.mlir"):
+    """A parsed module whose ``main`` takes ``args``; ``body`` starts on line 4."""
+    return parse_module(program_text(args, results, body), file)
+
+
 GRAPHS = sorted((Path(__file__).resolve().parents[2] / "graphs").glob("*.mlir"))
 MLIR_OPT = shutil.which("mlir-opt-19") or (
     "/usr/bin/mlir-opt-19" if os.path.exists("/usr/bin/mlir-opt-19") else None)
 
 
-def program(args: list[str], results: list[str], body: str, file: str = "t.mlir"):
-    """A parsed module whose ``main`` takes ``args``; ``body`` starts on line 4."""
-    sig = f"({', '.join(args)}) -> " + (results[0] if len(results) == 1
-                                       else f"({', '.join(results)})")
-    params = ", ".join(f"%a{i}: {t}" for i, t in enumerate(args))
-    text = (f'"builtin.module"() ({{\n'
-            f'  "func.func"() <{{function_type = {sig}, sym_name = "main"}}> ({{\n'
-            f'  ^bb0({params}):\n'
-            f'{body}\n'
-            f'  }}) : () -> ()\n'
-            f'}}) : () -> ()\n')
-    return parse_module(text, file)
 
 
-def filecheck(text: str, *checks: str) -> None:
-    """Each check must appear after the previous one; ``NOT: x`` means x appears nowhere."""
-    pos = 0
-    for c in checks:
-        if c.startswith("NOT:"):
-            assert c[4:].strip() not in text, f"{c!r} found in\n{text}"
-            continue
-        i = text.find(c, pos)
-        assert i >= 0, f"{c!r} not found after offset {pos} in\n{text}"
-        pos = i + len(c)
 
 
 def contract(shapes=()) -> tuple:
