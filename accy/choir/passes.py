@@ -237,6 +237,14 @@ class PassManager:
             from accy.choir.verifier import verify as verifier
         self.verifier = verifier
 
+    def _before(self, module: Operation, index: int) -> Operation:
+        """``module`` (the pipeline's input) after the passes before pass ``index``."""
+        ctx = PassContext()
+        for p in self.passes[:index]:
+            ctx.current = p.name
+            p.apply(ctx, module)
+        return module
+
     def run(self, module: Operation, ctx: PassContext | None = None) -> PipelineResult:
         """Run every pass; on failure raise :class:`PassFailedError` with a reproducer."""
         from accy.choir.printer import print_op
@@ -244,8 +252,10 @@ class PassManager:
 
         ctx = ctx or PassContext()
         start = time.perf_counter()
-        for p in self.passes:
-            snapshot = encode(module)
+        # One snapshot of the pipeline's input; on failure, the IR before the failing
+        # pass is rebuilt by replaying the passes before it (they are deterministic).
+        snapshot = encode(module)
+        for index, p in enumerate(self.passes):
             ctx.current = p.name
             for ins in self.instrumentations:
                 ins.before_pass(p, module)
@@ -269,7 +279,12 @@ class PassManager:
                 message = str(e) if isinstance(e, AccyError) else \
                     f"internal error in pass '{p.name}': {type(e).__name__}: {e}"
                 loc: Location | None = getattr(e, "loc", None)
-                ir = print_op(decode(snapshot), debuginfo=True)  # replay keeps the locations
+                # debuginfo: a replay reports the same located message
+                try:
+                    ir = print_op(self._before(decode(snapshot), index), debuginfo=True)
+                except Exception:  # a pass that is not deterministic: keep the input
+                    ir = ("// the IR at the pipeline's input (replaying the passes before "
+                          f"'{p.name}' failed)\n" + print_op(decode(snapshot), debuginfo=True))
                 truncated = False
                 if self.record_bytes is not None and len(ir.encode()) > self.record_bytes:
                     cut = ir.encode()[: self.record_bytes].decode("utf-8", "ignore")
