@@ -99,6 +99,36 @@ def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
             "stage": stage}
 
 
+def _receipt(stage: str, value: dict[str, Any], shared: bool,
+             old_fields: dict[str, Any] | None) -> Receipt:
+    """The receipt of a submitted stage (or compile, load) from its summary fields.
+
+    ``shared``: the same task already has a ``ran`` receipt in this batch, so this
+    variant reused it from the cluster.
+    """
+    if stage == "load":
+        return Receipt("load", value["key"], bool(value["reused"]), int(value["elapsed_ns"]))
+    from_store = value["origin"] == "store"
+    if stage == "compile":
+        reused = from_store or shared
+        return Receipt("compile", value["key"], reused, 0 if shared else value["elapsed_ns"],
+                       source=("store" if from_store else "cluster") if reused else None,
+                       pass_stats={} if reused else {"compile": {
+                           "binary_bytes": value["binary_bytes"]}})
+    if from_store:
+        return Receipt(stage, value["key"], True, value["elapsed_ns"],
+                       value["plan_fingerprint"], source="store")
+    if shared:
+        return Receipt(stage, value["key"], True, 0, value["plan_fingerprint"],
+                       source="cluster")
+    why = explain(StageKey(value["key"], value["fields"]), old_fields)
+    if why == "same key":
+        why = ("same key as published (its input did not change after all); "
+               "ran again because no artifact store holds the product")
+    return Receipt(stage, value["key"], False, value["elapsed_ns"], value["plan_fingerprint"],
+                   value["pass_stats"], explain=why, pass_ns=value["pass_ns"])
+
+
 class _Collector:
     """Turns finished plans into receipts and publishes them."""
 
@@ -120,43 +150,18 @@ class _Collector:
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
         if error is not None:
             summary = self._partial(plan)
-            failed_stage = next((s for s in (*STAGES, "compile", "load")
+            failed_stage = next((s for s in RECEIPT_ORDER
                                  if s in plan.futures and s not in summary), "")
             out.status = "failed"
             out.failure = _failure_of(error, failed_stage)
         summary = summary or {}
-        for stage in (s for s in (*STAGES, "compile", "load") if s in summary):
-            value = summary[stage]
+        for stage in (s for s in RECEIPT_ORDER if s in summary):
             tk = plan.task_keys[stage]
-            shared = tk in self.claimed
+            shared = tk in self.claimed  # another variant's receipt already says "ran"
             self.claimed.add(tk)
-            if stage in STAGES:
-                if value["origin"] == "store":
-                    out.receipts.append(Receipt(stage, value["key"], True, value["elapsed_ns"],
-                                                value["plan_fingerprint"], source="store"))
-                elif shared:
-                    out.receipts.append(Receipt(stage, value["key"], True, 0,
-                                                value["plan_fingerprint"], source="cluster"))
-                else:
-                    why = explain(StageKey(value["key"], value["fields"]), old_fields.get(stage))
-                    if why == "same key":
-                        why = ("same key as published (its input did not change after all); "
-                               "ran again because no artifact store holds the product")
-                    out.receipts.append(Receipt(stage, value["key"], False, value["elapsed_ns"],
-                                                value["plan_fingerprint"], value["pass_stats"],
-                                                explain=why, pass_ns=value["pass_ns"]))
-            elif stage == "compile":
-                reused = value["origin"] == "store" or shared
-                out.receipts.append(Receipt(
-                    "compile", value["key"], reused, 0 if shared else value["elapsed_ns"],
-                    source=("store" if value["origin"] == "store" else "cluster") if reused
-                    else None,
-                    pass_stats={} if reused else {"compile": {
-                        "binary_bytes": value["binary_bytes"]}}))
-            else:
-                out.fragment = value
-                out.receipts.append(Receipt("load", value["key"], bool(value["reused"]),
-                                            int(value["elapsed_ns"])))
+            if stage == "load":
+                out.fragment = summary[stage]
+            out.receipts.append(_receipt(stage, summary[stage], shared, old_fields.get(stage)))
         publication = None
         if out.status == "ok":
             centry = plan.resolution.get("compile") or {}
@@ -183,7 +188,7 @@ class _Collector:
         """Receipt fields of the stages that finished before a failure."""
         from accy.distributed.graph import summarize_task
 
-        done = [s for s in (*STAGES, "compile", "load")
+        done = [s for s in RECEIPT_ORDER
                 if s in plan.futures and plan.futures[s].status == "finished"]
         if not done:
             return {}
