@@ -27,22 +27,39 @@ def load_program(path: str) -> SemanticModule:
 def check_program(path: str, options: RunOptions | None = None,
                   shapes: Mapping[int, tuple[int, ...]] | None = None) -> SemanticModule:
     """Parse, verify and run the contract stage (shape and dtype checks, folding)."""
-    from accy.preparation import stages
+    from accy.pipeline import prepare_through
 
     sm = load_program(path)
-    stages.prepare_contract_job(sm, options or RunOptions(), shapes or {})
+    prepare_through(sm, "contract", options or RunOptions(), shapes or {})
     return sm
 
 
-def lower_to(path: str, stage: str, options: RunOptions | None = None,
-             shapes: Mapping[int, tuple[int, ...]] | None = None) -> Product:
-    """The product of ``stage`` for the program at ``path`` (``semantic`` = the input)."""
-    from accy.preparation import stages
+def load_product(path: str, stage: str) -> Product:
+    """A dumped product of ``stage`` (``accy opt --to STAGE`` output), parsed and verified."""
+    from accy.choir.parser import parse_file
+    from accy.pipeline import stage as lookup
 
-    sm = load_program(path)
     if stage == "semantic":
-        return sm
-    return stages.prepare_through(sm, stage, options or RunOptions(), shapes or {}).product
+        return load_program(path)
+    product = lookup(stage).product(parse_file(path), {"source": path})
+    product.verify()
+    return product  # type: ignore[no-any-return]
+
+
+def lower_to(path: str, stage: str, options: RunOptions | None = None,
+             shapes: Mapping[int, tuple[int, ...]] | None = None,
+             start: str = "semantic") -> Product:
+    """The product of ``stage`` for the program at ``path`` (``semantic`` = the input).
+
+    ``start`` says what the file holds: the program (``semantic``), or a dumped
+    product of that stage, from which the stages after it run (``accy opt --from``).
+    """
+    from accy.pipeline import prepare_through
+
+    product = load_product(path, start)
+    if stage == start:
+        return product
+    return prepare_through(product, stage, options or RunOptions(), shapes or {}).product
 
 
 def emit_source(path: str, options: RunOptions | None = None,

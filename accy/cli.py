@@ -16,7 +16,15 @@ import click
 
 from accy.errors import AccyError
 
-STAGE_CHOICES = ("semantic", "contract", "tensor", "dispatch", "memory", "kernel", "target")
+
+def _stage_choices() -> tuple[str, ...]:
+    from accy.pipeline import PREPARATION_NAMES
+
+    return ("semantic", *PREPARATION_NAMES)
+
+
+STAGE_CHOICES = _stage_choices()
+"""``semantic`` (the input program) and the preparation stages, from the stage table."""
 
 
 def _shared(f):  # type: ignore[no-untyped-def]
@@ -66,15 +74,20 @@ def check(files: tuple[str, ...], target: str, shapes: tuple[str, ...],
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--to", "to", type=click.Choice(STAGE_CHOICES), default="semantic",
               show_default=True, help="Print the IR after this stage.")
+@click.option("--from", "start", type=click.Choice(STAGE_CHOICES), default="semantic",
+              show_default=True,
+              help="FILE holds this stage's product (an earlier --to dump): resume after it.")
 @click.option("--debuginfo", is_flag=True, help="Print loc(...) on every op.")
 @_shared
-def opt(file: str, to: str, debuginfo: bool, target: str, shapes: tuple[str, ...],
+def opt(file: str, to: str, start: str, debuginfo: bool, target: str, shapes: tuple[str, ...],
         options: tuple[str, ...]) -> None:
     """Print the IR of FILE after stage --to, in MLIR generic form."""
     from accy.api import lower_to
 
+    if STAGE_CHOICES.index(to) < STAGE_CHOICES.index(start):
+        raise click.UsageError(f"--to {to} comes before --from {start}")
     run_options, bound = _request(target, shapes, options)
-    product = lower_to(file, to, run_options, bound)
+    product = lower_to(file, to, run_options, bound, start=start)
     click.echo(product.text(debuginfo), nl=False)
 
 
@@ -169,7 +182,8 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 @click.argument("file", type=click.Path(dir_okay=False, exists=False))
 def repro(file: str) -> None:
     """Replay a captured failure reproducer."""
-    from accy.choir.passes import Reproducer, replay
+    from accy.choir.passes import Reproducer
+    from accy.pipeline import replay
 
     r = Reproducer.read(file)
     click.echo(f"replaying pipeline '{r.pipeline}', pass '{r.pass_name}' "

@@ -307,8 +307,11 @@ class PassManager:
 
 
 def replay(repro: Reproducer) -> None:
-    """Run the reproducer's pass on its IR; raises the same :class:`PassFailedError`."""
-    import accy.preparation.passes  # noqa: F401  (registers every pass)
+    """Run the reproducer's pass on its IR; raises the same :class:`PassFailedError`.
+
+    The pass is looked up among the declared ones (:data:`PASS_REGISTRY`);
+    :func:`accy.pipeline.replay` declares every stage's passes first.
+    """
     from accy.choir.parser import parse_module
     from accy.choir.verifier import verify
 

@@ -33,8 +33,8 @@ from accy.distributed.graph import (
     resolve_many,
 )
 from accy.errors import AccyError
+from accy.pipeline import PREPARATION_NAMES
 from accy.preparation.keys import StageKey, explain
-from accy.preparation.options import STAGES
 from accy.preparation.products import SemanticModule
 from accy.preparation.report import RECEIPT_ORDER, Receipt, summary
 from accy.sweep import Variant
@@ -197,7 +197,7 @@ class _Collector:
 
     def publication(self, plan: RefreshPlan, summary: dict[str, Any],
                     out: VariantOutcome) -> dict[str, Any]:
-        from accy.distributed.resolve import derive
+        from accy.distributed.graph import compile_entry_key
 
         entries: dict[str, Any] = {}
         fields: dict[str, Any] = {}
@@ -207,7 +207,7 @@ class _Collector:
             fields[r.stage] = r.entry.get("fields")
             if r.entry.get("task_key"):
                 keys.append(list(r.entry["task_key"]))
-        for stage in STAGES:
+        for stage in PREPARATION_NAMES:
             value = summary.get(stage)
             if value is None:
                 continue
@@ -223,7 +223,8 @@ class _Collector:
         compiled = summary.get("compile")
         ckey = plan.task_keys.get("compile")
         if compiled is not None and ckey is not None:
-            entry_key = derive("compile", stage_keys.get("target", ""), plan.request.target)
+            entry_key = compile_entry_key(stage_keys.get("target", ""),
+                                          plan.request.run_options())
             entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
                                   "key": compiled["key"], "fingerprint": compiled["key"],
                                   "elapsed_ns": compiled["elapsed_ns"],

@@ -37,12 +37,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from accy.distributed.resolve import derive
 from accy.errors import AccyError
-from accy.preparation.keys import key_template, stage_key
-from accy.preparation.options import STAGES, RunOptions
+from accy.pipeline import PREPARATION_NAMES, preparation
+from accy.pipeline import stage as table_stage
+from accy.preparation.admission import read_back, read_stage_result, write
+from accy.preparation.keys import make_key
+from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
-from accy.preparation.stages import PreparationRequest, StageResult, run_stage
+from accy.preparation.stages import PreparationRequest, StageResult
 
 TASK_PREFIX = "accy_"
 
@@ -116,84 +118,78 @@ def _store_instance(url: str, max_bytes: int) -> Any:
     return ArtifactStore(url, max_bytes)
 
 
-def _input_product(prev: Any, store: Any) -> Product:
+def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
+    """The product a task reads: a held result, scattered data, or (when the
+    result it was resolved to is no longer held) the store's copy, admitted for
+    its key like any other read-back."""
     if isinstance(prev, StageResult):
         return prev.product
     if isinstance(prev, Product):
         return prev
-    if isinstance(prev, tuple) and prev and prev[0] == "store":
-        data = store.get(prev[1]) if store is not None else None
-        if data is None:
-            raise StageFailed(f"stage product {prev[1][:12]} is neither held nor stored")
-        return StageResult.from_wire(data).product
+    if isinstance(prev, tuple) and len(prev) == 3 and prev[0] == "store":
+        _, producer, fields = prev
+        from accy.preparation.keys import StageKey
+
+        result, why = read_stage_result(store, StageKey(producer, fields))
+        if result is None:
+            raise StageFailed(f"the {fields.get('stage')} product {producer[:12]} the "
+                              f"{stage_name} stage needs is neither held nor stored ({why}); "
+                              "refresh again to recompute it", stage_name, stage_name)
+        return result.product
     raise TypeError(f"unexpected stage input {type(prev).__name__}")
 
 
 # ------------------------------------------------------------------ worker tasks
 
 
-def _stage_result_from_store(data: bytes) -> StageResult:
-    result = StageResult.from_wire(data)
-    result.product.verify()
-    result.origin = "store"
-    return result
-
-
-def _read_back(store: Any, key: str, decode: Any) -> Any:
-    """The stored artifact under ``key``, decoded, with the read time as its elapsed_ns;
-    None on a miss. A corrupt entry is a miss (and is removed), never a crash."""
-    if store is None:
-        return None
-    t0 = time.perf_counter_ns()
-    data = store.get(key)
-    if data is None:
-        return None
-    try:
-        value = decode(data)
-    except AccyError:
-        store.delete(key)
-        return None
-    value.elapsed_ns = time.perf_counter_ns() - t0
-    return value
-
-
-def stage_task(stage: str, prev: Any, request: dict[str, Any], store_url: str | None) \
+def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None) \
         -> StageResult:
     """Run (or read back from the store) one stage on a worker."""
     from accy.choir.passes import Reproducer
     from accy.errors import PassFailedError
 
+    s = table_stage(stage_name)
     req = VariantRequest.from_dict(request)
     store = _store(store_url)
-    product = _input_product(prev, store)
+    product = _input_product(prev, store, stage_name)
     preq = req.preparation_request()
-    key = stage_key(stage, product.fingerprint(), preq.options, preq.shapes)
-    stored = _read_back(store, key.hex, _stage_result_from_store)
+    key = s.key(product.fingerprint(), preq.options, preq.shapes)
+    t0 = time.perf_counter_ns()
+    stored, _ = read_stage_result(store, key)
     if stored is not None:
+        stored.elapsed_ns = time.perf_counter_ns() - t0
         return stored
     try:
-        result = run_stage(stage, product, preq, key)
+        result = s.run(product, preq, key)
     except PassFailedError as e:
         repro = e.reproducer
-        path = repro.write(_reproducer_dir(), f"accy-repro-{stage}-{key.hex[:16]}.mlir") \
+        path = repro.write(_reproducer_dir(), f"accy-repro-{stage_name}-{key.hex[:16]}.mlir") \
             if isinstance(repro, Reproducer) else None
-        raise StageFailed(str(e), stage, stage, getattr(repro, "pass_name", ""), path) from None
+        raise StageFailed(str(e), stage_name, stage_name, getattr(repro, "pass_name", ""),
+                          path) from None
     except AccyError as e:
-        raise StageFailed(str(e), stage, stage) from None
-    if store is not None:
-        store.put(key.hex, result.to_wire(), kind=stage)
+        raise StageFailed(str(e), stage_name, stage_name) from None
+    write(store, key.hex, result.to_wire(), stage_name)
     return result
 
 
-def compile_task(prev: StageResult, request: dict[str, Any], store_url: str | None) -> Any:
+def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> Any:
     """Compile the target product (or read the binary back by compile key)."""
-    from accy.executable.compile import CompiledFragment, compile_fragment, compile_key
+    from accy.executable.compile import (
+        CompiledFragment,
+        check_fragment,
+        compile_fragment,
+        compile_key,
+    )
 
     store = _store(store_url)
-    job = prev.product
+    job = _input_product(prev, store, "compile")
     key = compile_key(job)  # type: ignore[arg-type]
-    stored = _read_back(store, key.hex, CompiledFragment.from_wire)
+    t0 = time.perf_counter_ns()
+    stored, _ = read_back(store, key.hex, CompiledFragment.from_wire,
+                          lambda c: check_fragment(c, key))
     if stored is not None:
+        stored.elapsed_ns = time.perf_counter_ns() - t0
         stored.meta["origin"] = "store"
         return stored
     try:
@@ -202,8 +198,7 @@ def compile_task(prev: StageResult, request: dict[str, Any], store_url: str | No
     except AccyError as e:
         raise StageFailed(str(e), "compile", "compile", "", getattr(e, "source_path", None)) \
             from None
-    if store is not None:
-        store.put(key.hex, compiled.to_wire(), kind="fragment")
+    write(store, key.hex, compiled.to_wire(), "fragment")
     return compiled
 
 
@@ -234,7 +229,7 @@ def summarize_task(stages: list[str], *values: Any) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for stage, v in zip(stages, values):
-        if stage in STAGES:
+        if stage in PREPARATION_NAMES:
             out[stage] = {"key": v.key.hex, "fields": v.key.fields, "origin": v.origin,
                           "elapsed_ns": v.elapsed_ns, "pass_stats": v.pass_stats,
                           "pass_ns": v.pass_ns, "plan_fingerprint": v.plan_fingerprint,
@@ -321,7 +316,13 @@ def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[
     options = request.run_options()
     return {"semantic": module.fingerprint(), "variant": request.variant,
             "program": request.program, "target": request.target,
-            "stages": [key_template(s, options, request.shapes) for s in STAGES]}
+            "stages": [s.template(options, request.shapes) for s in preparation()],
+            "compile": table_stage("compile").template(options)}
+
+
+def compile_entry_key(target_key: str, options: RunOptions) -> str:
+    """Where the published state keeps the compile of a target product (by its key)."""
+    return table_stage("compile").derived_key(target_key, options).hex
 
 
 class GraphBuilder:
@@ -382,6 +383,10 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     shapes = dict(request.shapes)
     resolved = [Resolved(r["stage"], r["key"], r["entry"])
                 for r in resolution.get("resolved", [])]
+    # the graph depends on the last resolved stage only: it must still be held or stored
+    usable = [i + 1 for i, r in enumerate(resolved)
+              if r.entry.get("pinned") or (r.entry.get("stored") and store_url is not None)]
+    resolved = resolved[:max(usable, default=0)]
     fp = resolved[-1].entry["fingerprint"] if resolved else module.fingerprint()
     rd = request.to_dict()
     task_keys: dict[str, tuple[str, str]] = {}
@@ -394,33 +399,35 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         if last.entry.get("pinned") and len(tk) == 2:
             held.append(Future(tk, client=client))  # the held key: no task for the prefix
             prev = graph.ref(tk)
-        else:
-            prev = ("store", last.key)
+        else:  # released: the next task reads it from the store (or fails: not stored)
+            prev = ("store", last.key, last.entry.get("fields") or {"stage": last.stage})
     else:
         cache = scattered if scattered is not None else {}
         if module.fingerprint() not in cache:
             cache[module.fingerprint()] = scatter_module(client, module)
         held.append(cache[module.fingerprint()])
         prev = graph.ref(cache[module.fingerprint()].key)
-    for stage in STAGES[len(resolved):]:
-        dk = stage_key(stage, chain, options, shapes).hex
-        key = (f"{TASK_PREFIX}{stage}", dk)
-        prev = graph.add(key, stage_task, stage, prev, rd, store_url)
-        task_keys[stage] = key
+    for s in preparation()[len(resolved):]:
+        # the first task's input is known by content; each later one's by the task before
+        dk = (s.derived_key(chain, options, shapes) if task_keys
+              else s.key(chain, options, shapes)).hex
+        key = (f"{TASK_PREFIX}{s.name}", dk)
+        prev = graph.add(key, stage_task, s.name, prev, rd, store_url)
+        task_keys[s.name] = key
         chain = dk
 
-    cuda = request.target != "host"
-    on_gpu = cuda and gpu_workers
-    all_resolved = len(resolved) == len(STAGES)
+    backend = options.target.backend
+    on_gpu = backend.needs_gpu and gpu_workers
+    all_resolved = len(resolved) == len(PREPARATION_NAMES)
     target_key = resolved[-1].key if all_resolved else task_keys["target"][1]
-    compile_entry_key = derive("compile", target_key, request.target)
+    entry_key = compile_entry_key(target_key, options)
     centry = resolution.get("compile") if all_resolved else None
     descriptor = (resolution.get("variant") or {}).get("fragment") or {}
-    load_skipped = "no GPU" if cuda and not gpu_workers else None
+    load_skipped = "no GPU" if backend.needs_gpu and not gpu_workers else None
     if (all_resolved and centry and centry.get("pinned")
             and (load_skipped or (descriptor.get("key") == centry.get("key")
                                   and resolution.get("worker_alive")))):
-        return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, compile_entry_key,
+        return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, entry_key,
                            load_skipped, fully_reused=True, resolution=resolution)
     submitted = list(task_keys)
     if centry and centry.get("pinned"):
@@ -428,24 +435,22 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         held.append(Future(ckey, client=client))
         cref = graph.ref(ckey)
     else:
-        ckey = (f"{TASK_PREFIX}compile", derive("compile", chain if "target" in task_keys
-                                                  else target_key, request.target))
+        ckey = (f"{TASK_PREFIX}compile", entry_key)
         cref = graph.add(ckey, compile_task, prev, rd, store_url, gpu=on_gpu)
         submitted.append("compile")
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:
-        lkey = (f"{TASK_PREFIX}load", derive("load", ckey[1], request.target))
+        lkey = (f"{TASK_PREFIX}load", table_stage("load").derived_key(ckey[1], options).hex)
         graph.add(lkey, load_task, cref, gpu=on_gpu)
         task_keys["load"] = lkey
         submitted.append("load")
     plan = RefreshPlan(request, module.fingerprint(), resolved, {}, task_keys,
-                       compile_entry_key, load_skipped, resolution=resolution)
+                       entry_key, load_skipped, resolution=resolution)
     plan.held = held
     plan.submitted = submitted
     if submitted:
-        skey = ("accy-receipts", derive(
-            "summary", "|".join(str(task_keys[s]) for s in submitted) + request.variant,
-            request.target))
+        skey = ("accy-receipts", make_key({"receipts": [list(task_keys[s]) for s in submitted],
+                                           "variant": request.variant}).hex)
         graph.add(skey, summarize_task, submitted,
                   *[graph.ref(task_keys[s]) for s in submitted])
         plan.summary_key = skey

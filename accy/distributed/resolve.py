@@ -17,18 +17,10 @@ Example
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accy.preparation.keys import make_key
-
-
-def derive(stage: str, input_hex: str, target: str) -> str:
-    """A derivation key: H(stage, input key, target) (compile, load, summary tasks)."""
-    text = json.dumps({"stage": stage, "input": input_hex, "target": target}, sort_keys=True)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def resolve(entries: Mapping[str, Any], variants: Mapping[str, Any], workers: Iterable[str],
@@ -50,8 +42,10 @@ def resolve(entries: Mapping[str, Any], variants: Mapping[str, Any], workers: It
             resolved.append({"stage": tmpl["stage"], "key": key.hex, "entry": entry})
             fp = entry["fingerprint"]
         compile_entry = None
-        if req["stages"] and len(resolved) == len(req["stages"]):
-            compile_entry = entries.get(derive("compile", resolved[-1]["key"], req["target"]))
+        if req["stages"] and len(resolved) == len(req["stages"]) and req.get("compile"):
+            # the compile entry of the target product: the compile stage's derived key
+            after = make_key(dict(req["compile"], after=resolved[-1]["key"]))
+            compile_entry = entries.get(after.hex)
         record = variants.get(req["variant"])
         nearest = record
         if nearest is None and req.get("program"):

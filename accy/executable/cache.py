@@ -12,6 +12,7 @@ Example
 -------
 >>> from accy.preparation.products import SemanticModule
 >>> from accy.preparation.stages import PreparationRequest
+from accy.target.backend import backend_of
 >>> cache = FragmentCompilerCache()
 >>> # update = cache.refresh_from_semantic_module(SemanticModule.from_file("graphs/softmax.mlir"),
 >>> #                                             PreparationRequest(shapes={0: (8, 4096)}))
@@ -25,13 +26,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from accy.errors import AccyError
-from accy.executable.compile import CompiledFragment, compile_fragment, compile_key
+from accy.executable.compile import (
+    CompiledFragment,
+    check_fragment,
+    compile_fragment,
+    compile_key,
+)
 from accy.executable.fragment import LoadedFragment, load_fragment
+from accy.preparation.admission import read_back, write
 from accy.preparation.cache import BackendPreparationCache, PreparationUpdate
 from accy.preparation.products import Revision, SemanticModule, TargetJob
 from accy.preparation.report import PreparationReport, Receipt
 from accy.preparation.stages import PreparationRequest
+from accy.target.backend import backend_of
 
 
 @dataclass
@@ -108,23 +115,19 @@ class FragmentCompilerCache:
         key = compile_key(job)
         compiled = self._compiled.get(key.hex)
         source = "memory"
-        if compiled is None and self.store is not None:
-            data = self.store.get(key.hex)
-            if data is not None:
-                try:
-                    compiled = CompiledFragment.from_wire(data)
-                    source = "store"
-                except AccyError:
-                    compiled = None
+        if compiled is None:
+            compiled, _ = read_back(self.store, key.hex, CompiledFragment.from_wire,
+                                    lambda c: check_fragment(c, key))
+            source = "store"
         if compiled is not None:
             report.add(Receipt("compile", key.hex, True, time.perf_counter_ns() - t0,
                                source=source))
         else:
             compiled = compile_fragment(job, self.workspace, key)
-            if self.store is not None:
-                self.store.put(key.hex, compiled.to_wire(), kind="fragment")
             report.add(Receipt("compile", key.hex, False, compiled.elapsed_ns,
-                               pass_stats={"compile": {"binary_bytes": len(compiled.binary)}}))
+                               pass_stats={"compile": {"binary_bytes": len(compiled.binary)}},
+                               warning=write(self.store, key.hex, compiled.to_wire(),
+                                             "fragment")))
         self._compiled[key.hex] = compiled
         return compiled
 
@@ -133,7 +136,7 @@ class FragmentCompilerCache:
         if not self.load:
             report.add(Receipt("load", compiled.key.hex, False, 0, skipped="not requested"))
             return None
-        if compiled.plan.language == "cuda" and not _gpu_available():
+        if backend_of(compiled.plan.target).needs_gpu and not _gpu_available():
             report.add(Receipt("load", compiled.key.hex, False, 0, skipped="no GPU"))
             return None
         t0 = time.perf_counter_ns()

@@ -8,7 +8,7 @@ stored, shipped to another process and loaded there.
 
 Example
 -------
->>> # from accy.preparation.stages import prepare_through
+>>> # from accy.pipeline import prepare_through
 >>> # job = prepare_through(sm, "target", RunOptions(), {0: (8, 4096)}).product
 >>> # compiled = compile_fragment(job, "/tmp/ws"); len(compiled.binary) > 0
 """
@@ -34,8 +34,10 @@ from accy.choir.attributes import (
     TensorType,
 )
 from accy.errors import FragmentCompileError, WireFormatError
-from accy.preparation.keys import StageKey, make_key, stage_version
+from accy.pipeline import stage
+from accy.preparation.keys import StageKey, make_key
 from accy.preparation.products import TargetJob
+from accy.target.backend import Backend, backend_of
 
 
 def _plain(a: Attribute) -> Any:
@@ -130,56 +132,51 @@ class CompiledFragment:
         raise TypeError("CompiledFragment never pickles: it travels as msgpack")
 
 
-HOST_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
-
-
-def compiler_flags(plan_target: str, fast_math: bool) -> tuple[str, ...]:
-    if plan_target == "host":
-        return HOST_FLAGS
-    return ("-use_fast_math",) if fast_math else ()
+def fragment_backend(job: TargetJob) -> Backend:
+    """The backend a target product was emitted for (its ``target.target`` attribute)."""
+    target = job.module.attributes.get("target.target")
+    if not isinstance(target, StringAttr):
+        raise FragmentCompileError("the target product names no target")
+    return backend_of(target.value)
 
 
 def compile_key(job: TargetJob) -> StageKey:
-    """H(target product fingerprint, compiler identity and version, flags, arch)."""
-    from accy.executable import device
+    """H(target product fingerprint, compiler identity and version, flags, arch).
 
-    target = job.module.attributes["target.target"].value  # type: ignore[attr-defined]
+    The one compile key: the local cache and the cluster's compile tasks both
+    read back and store fragments under it.
+    """
+    backend = fragment_backend(job)
     fm = job.module.attributes.get("target.fast_math")
     fast = bool(fm.value) if isinstance(fm, BoolAttr) else False
-    if target == "host":
-        compiler = device.host_compiler_identity()
-        arch = "host"
-    else:
-        compiler = device.cuda_compiler_identity()
-        arch = target.split(":", 1)[1]
-    return make_key({"stage": "compile", "version": stage_version("compile"),
-                     "input": job.fingerprint(), "compiler": compiler,
-                     "flags": list(compiler_flags(target, fast)), "arch": arch})
+    return make_key({"stage": "compile", "version": stage("compile").version,
+                     "input": job.fingerprint(), "compiler": backend.compiler_identity(),
+                     "flags": list(backend.flags(fast)), "arch": backend.arch})
+
+
+def check_fragment(compiled: CompiledFragment, key: StageKey) -> str | None:
+    """Why ``compiled`` may not be loaded for ``key`` (None: it may)."""
+    if compiled.key.hex != key.hex:
+        return f"entry was made for compile key {compiled.key.hex[:12]}, not {key.hex[:12]}"
+    if compiled.key.fields.get("input") != key.fields.get("input"):
+        return "entry was compiled from another target product"
+    if not compiled.binary:
+        return "entry holds no binary"
+    return None
 
 
 def compile_fragment(job: TargetJob, workspace: str | None = None,
                      key: StageKey | None = None) -> CompiledFragment:
     """Compile a target product; errors are ``FragmentCompileError`` with the log."""
-    from accy.executable import device
-
+    backend = fragment_backend(job)
     plan = FragmentPlan.of(job)
     source = job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     key = key or compile_key(job)
     workspace = workspace or tempfile.mkdtemp(prefix="accy-fragment-")
     ws = os.path.join(workspace, key.hex[:16])
     os.makedirs(ws, exist_ok=True)
-    flags = compiler_flags(plan.target, plan.fast_math)
     t0 = time.perf_counter_ns()
-    if plan.target == "host":
-        so = device.compile_host(source, ws, flags=flags, name="fragment")
-        with open(so, "rb") as f:
-            binary = f.read()
-        src_path = os.path.join(ws, "fragment.c")
-    else:
-        arch = plan.target.split(":", 1)[1]
-        binary = device.compile_cuda(source, arch, options=flags, name="fragment.cu",
-                                     workspace=ws)
-        src_path = os.path.join(ws, "fragment.cu")
+    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math))
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)

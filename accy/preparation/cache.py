@@ -48,12 +48,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from accy.errors import AccyError, PassFailedError
+from accy.pipeline import preparation
 from accy.preparation import keys
+from accy.preparation.admission import check_stage_result, read_stage_result, write
 from accy.preparation.keys import StageKey
-from accy.preparation.options import STAGES
 from accy.preparation.products import Product, Revision, SemanticModule, TargetJob
 from accy.preparation.report import BackendPreparationFailure, PreparationReport, Receipt
-from accy.preparation.stages import PreparationRequest, StageResult, run_stage
+from accy.preparation.stages import PreparationRequest, StageResult
 
 DEFAULT_CAPACITY = 256
 """Stage results a cache keeps (least recently used beyond it are dropped)."""
@@ -180,13 +181,10 @@ class BackendPreparationCache:
         result = self._entries.get(key.hex)
         if result is None:
             return None
-        try:
-            if result.key.hex != key.hex or result.stage != key.fields["stage"]:
-                raise AccyError(f"entry holds {result.stage} result {result.key.hex[:12]}")
-            result.product.verify()
-        except Exception as e:  # a broken entry never blocks a refresh: run the stage again
+        why = check_stage_result(result, key)
+        if why is not None:  # a broken entry never blocks a refresh: run the stage again
             del self._entries[key.hex]
-            self._rejected[key.hex] = f"{type(e).__name__}: {e}"
+            self._rejected[key.hex] = why
             return None
         self._entries.move_to_end(key.hex)
         return result
@@ -195,16 +193,13 @@ class BackendPreparationCache:
         """The persistent store's result for ``key``, admitted like a memory entry."""
         if self.store is None:
             return None
-        data = self.store.get(key.hex)
-        if data is None:
-            return None
-        try:
-            result = StageResult.from_wire(data)
-        except AccyError as e:
-            self._rejected[key.hex] = f"store entry unreadable: {e}"
+        result, why = read_stage_result(self.store, key)
+        if result is None:
+            if why not in ("not stored", "no store"):
+                self._rejected[key.hex] = str(why)
             return None
         self.put(result)
-        return self.admit(key)
+        return result
 
     def miss_reason(self, key: StageKey, stage: str) -> str:
         """Why ``stage`` must run under ``key``: the changed key fields, or a dropped entry."""
@@ -279,9 +274,9 @@ class BackendPreparationCache:
         results: dict[str, StageResult] = {}
         fingerprint = semantic_fingerprint
         prev: Product | None = None
-        for stage in STAGES:
+        for stage in preparation():
             t0 = time.perf_counter_ns()
-            key = keys.stage_key(stage, fingerprint, request.options, request.shapes)
+            key = stage.key(fingerprint, request.options, request.shapes)
             cached = self.admit(key)
             source = "memory"
             if cached is None:
@@ -291,20 +286,20 @@ class BackendPreparationCache:
                 result = cached
                 report.add(Receipt.reuse(result, time.perf_counter_ns() - t0, source))
             else:
-                why = self.miss_reason(key, stage)
+                why = self.miss_reason(key, stage.name)
                 if prev is None:
                     prev = semantic()
                 try:
-                    result = run_stage(stage, prev, request, key)
+                    result = stage.run(prev, request, key)
                 except PassFailedError as e:
-                    failure = BackendPreparationFailure.from_error(e, stage, artifact_dir,
+                    failure = BackendPreparationFailure.from_error(e, stage.name, artifact_dir,
                                                                    key.hex)
                     raise PreparationFailed(failure, report, e) from e
                 self.put(result)
-                if self.store is not None:
-                    self.store.put(key.hex, result.to_wire(), kind=stage)
-                report.add(Receipt.ran(result, why))
-            results[stage] = result
+                receipt = Receipt.ran(result, why)
+                receipt.warning = write(self.store, key.hex, result.to_wire(), stage.name)
+                report.add(receipt)
+            results[stage.name] = result
             prev = result.product
             fingerprint = prev.fingerprint()
         self.publish(results)

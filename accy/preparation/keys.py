@@ -9,8 +9,7 @@ says which part of a key changed.
 
 Example
 -------
->>> from accy.preparation.options import RunOptions
->>> a = stage_key("kernel", "00" * 16, RunOptions.parse("host", ["kernel.block_size=128"]))
+>>> >>> a = stage_key("kernel", "00" * 16, RunOptions.parse("host", ["kernel.block_size=128"]))
 >>> b = stage_key("kernel", "00" * 16, RunOptions.parse("host", ["kernel.block_size=256"]))
 >>> a.hex != b.hex, a.fields["options"]["block_size"]
 (True, 128)
@@ -18,66 +17,147 @@ Example
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
-import inspect
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from accy.preparation.options import RunOptions
+REGISTRIES = frozenset({"accy.dialects"})
+"""Packages imported only to register what they define (the parser's and the wire
+decoder's ``import accy.dialects``): their own source counts, but their imports
+are not followed — a stage depends on the dialect modules it imports itself and
+on those its table entry declares, not on every dialect."""
 
-MANUAL_VERSION = {"contract": 1, "tensor": 1, "dispatch": 1, "memory": 1, "kernel": 1,
-                  "target": 1, "compile": 1}
+DISPATCHERS = frozenset({"accy.preparation.recipe", "accy.pipeline"})
+"""Modules that dispatch to every stage's code from inside functions (the recipe
+has one function per stage; the table names each stage's implementation): only
+their top-level imports are followed. Each stage adds the imports of its own
+recipe function (:func:`function_imports`), so the kernel stage's version does
+not follow the contract passes the contract recipe imports."""
 
-# Modules whose source defines each stage's output.
-_COMMON = ("accy.choir.ir", "accy.choir.attributes", "accy.choir.wire",
-           "accy.preparation.products", "accy.dialects.semantic", "accy.dialects.shapes",
-           "accy.preparation.passes.rewrite")
-STAGE_MODULES: dict[str, tuple[str, ...]] = {
-    "contract": ("accy.preparation.passes.contract", "accy.reference", "accy.numerics"),
-    "tensor": ("accy.preparation.passes.tensor", "accy.preparation.passes.contract",
-               "accy.dialects.prim"),
-    "dispatch": ("accy.preparation.passes.dispatch", "accy.dialects.dispatch"),
-    "memory": ("accy.preparation.passes.memory",),
-    "kernel": ("accy.preparation.passes.kernel", "accy.dialects.kernel"),
-    "target": ("accy.preparation.passes.target", "accy.target.cuda", "accy.target.host",
-               "accy.target.common"),
-    "compile": ("accy.executable.compile", "accy.executable.device"),
-}
+_ACCY_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _module_source(name: str) -> str:
-    import importlib
+def _module_path(name: str) -> Path | None:
+    """The file of module ``accy.…`` (a package's ``__init__.py``), found without importing."""
+    parts = name.split(".")
+    if parts[0] != "accy":
+        return None
+    base = _ACCY_ROOT.joinpath(*parts[1:])
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
 
-    try:
-        mod = sys.modules.get(name) or importlib.import_module(name)
-    except ImportError:
-        return ""
-    try:
-        if hasattr(mod, "__path__"):  # a package: every module file in it
-            import pkgutil
 
-            parts = [inspect.getsource(mod)]
-            for info in sorted(pkgutil.iter_modules(mod.__path__), key=lambda i: i.name):
-                parts.append(_module_source(f"{name}.{info.name}"))
-            return "\n".join(parts)
-        return inspect.getsource(mod)
-    except (OSError, TypeError):
-        return ""
+def _import_time_nodes(nodes: list[ast.stmt]) -> list[ast.AST]:
+    """The nodes that run when a module is imported: not function bodies."""
+    out: list[ast.AST] = []
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.ClassDef):
+            out.extend(_import_time_nodes(node.body))
+            continue
+        out.extend(ast.walk(node))
+    return out
+
+
+def _imports(name: str, path: Path, top_level_only: bool = False) -> set[str]:
+    """Every ``accy`` module that ``name``'s source imports, with their parent packages:
+    anywhere in the file (deferred imports inside functions included), or only what
+    runs at import time."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    nodes = _import_time_nodes(tree.body) if top_level_only else list(ast.walk(tree))
+    return _imported_modules(name, path, nodes)
+
+
+def function_imports(module: str, function: str) -> tuple[str, ...]:
+    """The ``accy`` modules imported inside ``module.function`` (a recipe entry).
+
+    >>> "accy.preparation.passes.kernel" in function_imports("accy.preparation.recipe",
+    ...                                                      "kernel")
+    True
+    """
+    path = _module_path(module)
+    if path is None:
+        raise ValueError(f"no such accy module: {module}")
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return tuple(sorted(_imported_modules(module, path, list(ast.walk(node)))))
+    raise ValueError(f"{module} has no function {function!r}")
+
+
+def _imported_modules(name: str, path: Path, nodes: list[ast.AST]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)  # ``from pkg import module``
+    out: set[str] = set()
+    for mod in found:
+        parts = mod.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
+            candidate = ".".join(parts[:i])
+            if _module_path(candidate) is not None:
+                out.add(candidate)
+    return out
+
+
+def import_closure(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``accy`` modules that importing ``roots`` can run, sorted.
+
+    Follows every import statement of every module reached (not the imports of
+    :data:`REGISTRIES`). This is what a stage's version hashes, so editing any
+    module a stage's code can reach changes that stage's key.
+
+    >>> "accy.choir.builtin" in import_closure(("accy.preparation.passes.memory",))
+    True
+    >>> "accy.dialects.kernel" in import_closure(("accy.preparation.passes.memory",))
+    False
+    """
+    seen: set[str] = set()
+    todo = [r for r in roots if _module_path(r) is not None]
+    missing = [r for r in roots if _module_path(r) is None]
+    if missing:
+        raise ValueError(f"no such accy module: {', '.join(missing)}")
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_path(name)
+        assert path is not None
+        if name in REGISTRIES:
+            continue
+        todo.extend(_imports(name, path, top_level_only=name in DISPATCHERS) - seen)
+    return tuple(sorted(seen))
 
 
 @functools.cache
-def stage_version(stage: str) -> str:
-    """A short hash of the manual version and the source of the stage's modules."""
+def code_version(roots: tuple[str, ...]) -> str:
+    """A short hash of the source of every module in ``import_closure(roots)``."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"{stage}:{MANUAL_VERSION[stage]}".encode())
-    for name in _COMMON + STAGE_MODULES[stage]:
-        h.update(name.encode())
-        h.update(_module_source(name).encode())
-    return f"{MANUAL_VERSION[stage]}-{h.hexdigest()}"
+    for name in import_closure(roots):
+        path = _module_path(name)
+        assert path is not None
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -95,25 +175,6 @@ def _canonical(obj: Any) -> str:
 def make_key(fields: dict[str, Any]) -> StageKey:
     digest = hashlib.blake2b(_canonical(fields).encode(), digest_size=16).hexdigest()
     return StageKey(digest, fields)
-
-
-def key_template(stage: str, options: RunOptions,
-                 shapes: Mapping[int, tuple[int, ...]] | None = None) -> dict[str, Any]:
-    """A stage key's fields except its input: stage, version and the options it reads."""
-    opts = options.stage_key_fields(stage)
-    if stage == "contract":
-        opts = dict(opts, shapes={f"arg{i}": list(s) for i, s in sorted((shapes or {}).items())})
-    return {"stage": stage, "version": stage_version(stage), "options": opts}
-
-
-def stage_key(stage: str, input_fingerprint: str, options: RunOptions,
-              shapes: Mapping[int, tuple[int, ...]] | None = None) -> StageKey:
-    """The key of running ``stage`` on an input with ``input_fingerprint``.
-
-    Only the contract stage reads the shape bindings (it specializes shapes);
-    later stages see them through their input's fingerprint.
-    """
-    return make_key(dict(key_template(stage, options, shapes), input=input_fingerprint))
 
 
 def explain(new: StageKey, old_fields: Mapping[str, Any] | None) -> str:

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from accy.errors import OptionError
-
-STAGES = ("contract", "tensor", "dispatch", "memory", "kernel", "target")
+from accy.target.backend import Backend, backend_for
 
 
 @dataclass(frozen=True)
@@ -51,15 +50,20 @@ class Target:
         if text == "host":
             return Target("host")
         if text == "cuda":
-            from accy.executable import device
+            from accy.target.backend import local_cuda_arch
 
-            return Target("cuda", device.local_arch() or "sm_90")
+            return Target("cuda", local_cuda_arch() or "sm_90")
         if text.startswith("cuda:"):
             return Target("cuda", text[5:])
         raise OptionError(f"unknown target '{text}' (expected host, cuda or cuda:sm_XX)")
 
+    @property
+    def backend(self) -> Backend:
+        """The target's backend: limits, dtypes, language, compiler, loader."""
+        return backend_for(self.kind, self.arch)
+
     def __str__(self) -> str:
-        return self.kind if self.kind == "host" else f"cuda:{self.arch}"
+        return self.backend.name
 
 
 def _positive(name: str, value: int, *, power_of_two: bool = False, at_most: int | None = None) \
@@ -147,10 +151,18 @@ class KernelOptions:
         _positive("kernel.tile_k", self.tile_k, power_of_two=True, at_most=64)
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
-        shared = self.tile_k * (self.tile_m + 1 + self.tile_n + 4) * 4
-        if shared > 48 * 1024:
+
+    @property
+    def matmul_shared_bytes(self) -> int:
+        """Shared memory a tiled matmul kernel of these tiles uses (padded A and B tiles)."""
+        return self.tile_k * (self.tile_m + 1 + self.tile_n + 4) * 4
+
+    def check_target(self, backend: Backend) -> None:
+        """The options fit the target's limits (shared memory)."""
+        if self.matmul_shared_bytes > backend.max_shared_bytes:
             raise OptionError(f"kernel.tile_k={self.tile_k} with {self.tile_m}×{self.tile_n} "
-                              f"tiles needs {shared} bytes of shared memory (at most 49152)")
+                              f"tiles needs {self.matmul_shared_bytes} bytes of shared memory "
+                              f"(at most {backend.max_shared_bytes} on {backend.name})")
 
 
 @dataclass(frozen=True)
@@ -159,10 +171,6 @@ class TargetOptions:
     """Use fast approximate math intrinsics (``__expf``…)."""
 
 
-STAGE_OPTION_TYPES: dict[str, type] = {
-    "contract": ContractOptions, "tensor": TensorOptions, "dispatch": DispatchOptions,
-    "memory": MemoryOptions, "kernel": KernelOptions, "target": TargetOptions,
-}
 
 
 def _convert(stage: str, f: dataclasses.Field[Any], text: str) -> Any:
@@ -194,6 +202,9 @@ class RunOptions:
     kernel: KernelOptions = field(default_factory=KernelOptions)
     target_options: TargetOptions = field(default_factory=TargetOptions)
 
+    def __post_init__(self) -> None:
+        self.kernel.check_target(self.target.backend)
+
     @staticmethod
     def parse(target: str | Target = "host", assignments: Iterable[str] | Mapping[str, Any] = ()) \
             -> RunOptions:
@@ -209,22 +220,23 @@ class RunOptions:
                     raise OptionError(f"option '{a}' must look like STAGE.NAME=VALUE")
                 k, v = a.split("=", 1)
                 pairs.append((k.strip(), v.strip()))
-        per_stage: dict[str, dict[str, Any]] = {s: {} for s in STAGES}
+        groups = option_groups()
+        per_stage: dict[str, dict[str, Any]] = {s: {} for s in groups}
         for key, value in pairs:
             stage, _, name = key.partition(".")
-            if stage not in STAGE_OPTION_TYPES or not name:
-                raise OptionError(f"unknown option '{key}' (stages: {', '.join(STAGES)})")
-            fmap = {f.name: f for f in fields(STAGE_OPTION_TYPES[stage])}
+            if stage not in groups or not name:
+                raise OptionError(f"unknown option '{key}' (stages: {', '.join(groups)})")
+            fmap = {f.name: f for f in fields(groups[stage])}
             if name not in fmap:
                 known = ", ".join(f"{stage}.{n}" for n in fmap)
                 raise OptionError(f"unknown option '{key}' (known: {known})")
             per_stage[stage][name] = _convert(stage, fmap[name], value)
-        built = {s: STAGE_OPTION_TYPES[s](**per_stage[s]) for s in STAGES}
-        return RunOptions(tgt, built["contract"], built["tensor"], built["dispatch"],
-                          built["memory"], built["kernel"], built["target"])
+        built = {_field_of(s): groups[s](**per_stage[s]) for s in groups}
+        return RunOptions(tgt, **built)
 
     def stage_options(self, stage: str) -> Any:
-        return self.target_options if stage == "target" else getattr(self, stage)
+        """The options group ``stage.*`` (each stage has one, named after it)."""
+        return getattr(self, _field_of(stage))
 
     def stage_key_fields(self, stage: str) -> dict[str, Any]:
         """Every option ``stage`` reads (the target included where it reads it)."""
@@ -238,13 +250,24 @@ class RunOptions:
     def assignments(self) -> dict[str, Any]:
         """The non-default options as ``STAGE.NAME`` → value."""
         out: dict[str, Any] = {}
-        for s in STAGES:
+        for s, group in option_groups().items():
             opts = self.stage_options(s)
-            default = STAGE_OPTION_TYPES[s]()
+            default = group()
             for f in fields(opts):
                 if getattr(opts, f.name) != getattr(default, f.name):
                     out[f"{s}.{f.name}"] = getattr(opts, f.name)
         return out
+
+
+def _field_of(stage: str) -> str:
+    # ``target`` names the Target itself; the target stage's options are ``target_options``
+    return "target_options" if stage == "target" else stage
+
+
+def option_groups() -> dict[str, type]:
+    """``STAGE`` → its options dataclass, in pipeline order (read off :class:`RunOptions`)."""
+    return {("target" if f.name == "target_options" else f.name): globals()[str(f.type)]
+            for f in fields(RunOptions) if f.name != "target"}
 
 
 def parse_shapes(assignments: Iterable[str] | Mapping[str, str]) -> dict[int, tuple[int, ...]]:

@@ -1,8 +1,11 @@
 """The recipe: which passes make up each stage's pipeline, configured from options.
 
-Each stage's pipeline is a tuple of passes whose fields come from the run
-options (and, for contract, the variant's shape bindings). This is the one
-place to read to know what a stage does, in order.
+One function per stage, named after it, returns the stage's pipeline — a
+tuple of passes whose fields come from the run options (and, for contract,
+the variant's shape bindings). This is the one place to read to know what a
+stage does, in order. Each function imports only its own stage's passes: a
+stage's version (:mod:`accy.preparation.keys`) follows the imports of its
+function here, so an edit to the kernel passes changes no earlier stage's key.
 
 Example
 -------
@@ -14,69 +17,87 @@ Example
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import FunctionType
 
 from accy.choir.passes import Pass
 from accy.preparation.options import RunOptions
 
-PIPELINE_NAMES = {s: s for s in ("contract", "tensor", "dispatch", "memory", "kernel", "target")}
+Shapes = Mapping[int, tuple[int, ...]]
 
 
-def configure(stage: str, options: RunOptions,
-              shapes: Mapping[int, tuple[int, ...]] | None = None) -> tuple[Pass, ...]:
+def contract(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import contract as c
+
+    o = options.contract
+    passes: list[Pass] = [
+        # bind the variant's shapes and re-infer every type (shape/dtype checking)
+        c.SpecializeShapes(tuple(sorted((i, tuple(s)) for i, s in shapes.items()))),
+        # algebraic identities (x+0, reshape∘reshape, …)
+        c.Simplify(),
+    ]
+    if o.fold_constants:
+        passes.append(c.FoldConstants(o.max_fold_elements))
+        passes.append(c.Simplify())  # identities that folding uncovered
+    if o.cse:
+        passes.append(c.CSE())
+    passes.append(c.DCE())
+    return tuple(passes)
+
+
+def tensor(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import contract as c
+    from accy.preparation.passes import tensor as t
+
+    return (
+        t.RequireStaticShapes(),            # compiling needs every ? bound
+        t.DecomposeComposites(),            # softmax, layernorm, rmsnorm, gelu, mean
+        t.InnermostReductions(options.tensor.innermost_reductions),
+        t.LowerToPrim(),                    # explicit broadcasts, prim ops
+        c.CSE(),
+        c.DCE(),
+    )
+
+
+def dispatch(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import dispatch as d
+
+    o = options.dispatch
+    return (
+        d.FormDispatchRegions(o.fuse, o.max_region_ops),  # one region = one launch
+        d.MaterializeResults(),                           # each result its own buffer
+    )
+
+
+def memory(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import memory as m
+
+    o = options.memory
+    return (m.PlanBuffers(o.reuse, o.inplace, o.alignment),)
+
+
+def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import kernel as k
+
+    o = options.kernel
+    return (k.PlanKernels(options.target.kind, o.block_size, o.vector_width,
+                          o.rows_per_block, o.tile_m, o.tile_n, o.tile_k),)
+
+
+def target(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
+    from accy.preparation.passes import target as tg
+
+    return (
+        tg.CheckTargetSupport(str(options.target)),
+        tg.EmitSource(str(options.target), options.target_options.fast_math),
+    )
+
+
+def configure(stage: str, options: RunOptions, shapes: Shapes | None = None) \
+        -> tuple[Pass, ...]:
     """The pipeline of ``stage`` for these options."""
-    if stage == "contract":
-        from accy.preparation.passes import contract as c
-
-        o = options.contract
-        passes: list[Pass] = [
-            # bind the variant's shapes and re-infer every type (shape/dtype checking)
-            c.SpecializeShapes(tuple(sorted((i, tuple(s)) for i, s in (shapes or {}).items()))),
-            # algebraic identities (x+0, reshape∘reshape, …)
-            c.Simplify(),
-        ]
-        if o.fold_constants:
-            passes.append(c.FoldConstants(o.max_fold_elements))
-            passes.append(c.Simplify())  # identities that folding uncovered
-        if o.cse:
-            passes.append(c.CSE())
-        passes.append(c.DCE())
-        return tuple(passes)
-    if stage == "tensor":
-        from accy.preparation.passes import contract as c
-        from accy.preparation.passes import tensor as t
-
-        return (
-            t.RequireStaticShapes(),            # compiling needs every ? bound
-            t.DecomposeComposites(),            # softmax, layernorm, rmsnorm, gelu, mean
-            t.InnermostReductions(options.tensor.innermost_reductions),
-            t.LowerToPrim(),                    # explicit broadcasts, prim ops
-            c.CSE(),
-            c.DCE(),
-        )
-    if stage == "dispatch":
-        from accy.preparation.passes import dispatch as d
-
-        o = options.dispatch
-        return (
-            d.FormDispatchRegions(o.fuse, o.max_region_ops),  # one region = one launch
-            d.MaterializeResults(),                           # each result its own buffer
-        )
-    if stage == "memory":
-        from accy.preparation.passes import memory as m
-
-        o = options.memory
-        return (m.PlanBuffers(o.reuse, o.inplace, o.alignment),)
-    if stage == "kernel":
-        from accy.preparation.passes import kernel as k
-
-        o = options.kernel
-        return (k.PlanKernels(options.target.kind, o.block_size, o.vector_width,
-                              o.rows_per_block, o.tile_m, o.tile_n, o.tile_k),)
-    if stage == "target":
-        from accy.preparation.passes import target as tg
-
-        return (
-            tg.CheckTargetSupport(str(options.target)),
-            tg.EmitSource(str(options.target), options.target_options.fast_math),
-        )
-    raise ValueError(f"unknown stage {stage!r}")
+    recipe = globals().get(stage)
+    if not isinstance(recipe, FunctionType) or recipe.__module__ != __name__ \
+            or stage == "configure":
+        raise ValueError(f"unknown stage {stage!r}")
+    passes: tuple[Pass, ...] = recipe(options, shapes or {})
+    return passes

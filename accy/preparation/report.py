@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accy.files import write_atomic
-from accy.preparation.options import STAGES
+from accy.pipeline import STAGE_NAMES
 from accy.preparation.stages import StageResult
 
 if TYPE_CHECKING:
     from accy.errors import PassFailedError
 
-RECEIPT_ORDER: tuple[str, ...] = (*STAGES, "compile", "load")
-"""The stages a report lists, in pipeline order."""
+RECEIPT_ORDER: tuple[str, ...] = STAGE_NAMES
+"""The stages a report lists, in pipeline order (the stage table's)."""
 
 SOURCES = ("memory", "store", "cluster")
 """Where a reused product can come from."""
@@ -71,6 +71,8 @@ class Receipt:
     """Why a stage could not happen (e.g. ``"no GPU"`` for a load)."""
     pass_ns: dict[str, int] | None = None
     """Per-pass wall time of the run (ns)."""
+    warning: str | None = None
+    """Something that went wrong without failing the stage (a store write that failed)."""
 
     def __post_init__(self) -> None:
         if self.stage not in RECEIPT_ORDER:
@@ -104,7 +106,7 @@ class Receipt:
             "plan_fingerprint": self.plan_fingerprint,
             "pass_stats": _copy_stats(self.pass_stats),
         }
-        for name in ("source", "explain", "skipped"):
+        for name in ("source", "explain", "skipped", "warning"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.pass_ns is not None:
@@ -117,7 +119,8 @@ class Receipt:
         return Receipt(obj["stage"], obj["key"], bool(obj["reused"]), int(obj["elapsed_ns"]),
                        obj.get("plan_fingerprint"), _copy_stats(obj.get("pass_stats") or {}),
                        obj.get("source"), obj.get("explain"), obj.get("skipped"),
-                       dict(obj["pass_ns"]) if obj.get("pass_ns") is not None else None)
+                       dict(obj["pass_ns"]) if obj.get("pass_ns") is not None else None,
+                       obj.get("warning"))
 
 
 def _copy_stats(stats: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

@@ -1,53 +1,37 @@
-"""The six stage runs (the seed's ``execution.zig``).
+"""What a stage run takes and gives (the seed's ``execution.zig``).
 
-Each run verifies its input, clones it, runs the stage's pipeline (from
-:mod:`accy.preparation.recipe`) under a :class:`~accy.choir.passes.PassManager`
-with timing, statistics, work limits and reproducer capture, and returns a
-:class:`StageResult`: the product, elapsed ns, pass statistics, its key and,
-for dispatch, memory and kernel, a plan fingerprint (display only: no key or
-reuse decision reads it).
+A :class:`PreparationRequest` is one variant's refresh (options, shapes,
+limits, names); a :class:`StageResult` is one stage run: the product, elapsed
+ns, pass statistics, its key and, for dispatch, memory and kernel, a plan
+fingerprint (display only: no key or reuse decision reads it). The runs
+themselves are the stage table's (:meth:`accy.pipeline.Stage.run`).
 
 Example
 -------
+>>> from accy.pipeline import prepare_through
+>>> from accy.preparation.options import RunOptions
 >>> from accy.preparation.products import SemanticModule
->>> sm = SemanticModule.from_file("graphs/softmax.mlir")  # doctest: +SKIP
->>> r = prepare_through(sm, "dispatch", RunOptions(), {0: (8, 4096)})  # doctest: +SKIP
->>> r.product.stage, r.plan_fingerprint is not None  # doctest: +SKIP
+>>> sm = SemanticModule.from_file("graphs/softmax.mlir")
+>>> r = prepare_through(sm, "dispatch", RunOptions(), {0: (8, 4096)})
+>>> r.product.stage, r.plan_fingerprint is not None
 ('dispatch', True)
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 
-from accy.choir.passes import PassContext, PassManager, WorkLimits
+from accy.choir.passes import WorkLimits
 from accy.choir.wire import canonical_bytes
 from accy.errors import WireFormatError
-from accy.preparation import recipe
-from accy.preparation.keys import StageKey, make_key, stage_key
-from accy.preparation.options import STAGES, RunOptions
-from accy.preparation.products import (
-    ContractJob,
-    DispatchJob,
-    KernelJob,
-    MemoryJob,
-    Product,
-    SemanticModule,
-    TargetJob,
-    TensorJob,
-)
-
-PRODUCT_OF = {"contract": ContractJob, "tensor": TensorJob, "dispatch": DispatchJob,
-              "memory": MemoryJob, "kernel": KernelJob, "target": TargetJob}
-INPUT_OF = {"contract": SemanticModule, "tensor": ContractJob, "dispatch": TensorJob,
-            "memory": DispatchJob, "kernel": MemoryJob, "target": KernelJob}
-PLAN_STAGES = ("dispatch", "memory", "kernel")
+from accy.preparation.keys import StageKey
+from accy.preparation.options import RunOptions
+from accy.preparation.products import Product
 
 
 @dataclass(frozen=True)
@@ -117,7 +101,7 @@ def plan_fingerprint(stage: str, product: Product) -> str:
 
     h = hashlib.blake2b(digest_size=8)
     h.update(stage.encode())
-    prefix = {"dispatch": "dispatch.", "memory": "memory.", "kernel": "kernel."}[stage]
+    prefix = f"{stage}."
     for op in product.module.walk():
         plan = {k: v for k, v in op.attributes.items() if k.startswith(prefix)}
         if op.op_name.startswith(prefix) or plan:
@@ -129,51 +113,4 @@ def plan_fingerprint(stage: str, product: Product) -> str:
     return h.hexdigest()
 
 
-def run_stage(stage: str, prev: Product, request: PreparationRequest,
-              key: StageKey | None = None) -> StageResult:
-    """Run one stage on its input product; raise ``PassFailedError`` on failure."""
-    expected = INPUT_OF[stage]
-    if not isinstance(prev, expected):
-        raise TypeError(f"the {stage} stage takes a {expected.__name__}, got "
-                        f"{type(prev).__name__}")
-    prev.verify()
-    if key is None:
-        key = stage_key(stage, prev.fingerprint(), request.options, request.shapes)
-    module = prev.clone_module()
-    passes = recipe.configure(stage, request.options, request.shapes)
-    pm = PassManager(recipe.PIPELINE_NAMES[stage], passes, limits=request.limits,
-                     record_bytes=request.record_bytes)
-    ctx = PassContext()
-    t0 = time.perf_counter_ns()
-    result = pm.run(module, ctx)
-    elapsed = time.perf_counter_ns() - t0
-    meta = {"source": request.source, "variant": request.variant}
-    product = PRODUCT_OF[stage](module, meta)
-    plan = plan_fingerprint(stage, product) if stage in PLAN_STAGES else None
-    return StageResult(stage, key, product, elapsed, result.stats, result.pass_ns, plan)
-
-
-def prepare_contract_job(sm: SemanticModule, options: RunOptions,
-                         shapes: Mapping[int, tuple[int, ...]]) -> StageResult:
-    return run_stage("contract", sm, PreparationRequest(options=options, shapes=dict(shapes)))
-
-
-def prepare_through(sm: SemanticModule, stage: str, options: RunOptions,
-                    shapes: Mapping[int, tuple[int, ...]],
-                    request: PreparationRequest | None = None) -> StageResult:
-    """Run every stage from contract through ``stage``; return the last result."""
-    req = request or PreparationRequest(source=sm.meta.get("source", "<program>"),
-                                        options=options, shapes=dict(shapes))
-    product: Product = sm
-    result: StageResult | None = None
-    for s in STAGES:
-        result = run_stage(s, product, req)
-        product = result.product
-        if s == stage:
-            break
-    assert result is not None
-    return result
-
-
-__all__ = ["PreparationRequest", "StageResult", "run_stage", "prepare_through",
-           "prepare_contract_job", "plan_fingerprint", "make_key", "PRODUCT_OF"]
+__all__ = ["PreparationRequest", "StageResult", "plan_fingerprint"]

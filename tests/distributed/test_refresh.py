@@ -17,6 +17,7 @@ import pytest
 from distributed import Client, Future
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from accy import pipeline
 from accy.choir.passes import Pass, Reproducer, replay
 from accy.distributed import graph
 from accy.distributed import serialize as accy_serialize
@@ -26,8 +27,8 @@ from accy.distributed.batch import BatchResult, VariantOutcome, run_batch
 from accy.distributed.plugin import get_plugin
 from accy.distributed.state import fetch_state
 from accy.errors import AccyError, PassFailedError
+from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.preparation import recipe
-from accy.preparation.options import STAGES
 from accy.preparation.report import RECEIPT_ORDER, Receipt
 from accy.preparation.stages import StageResult
 from accy.store import ArtifactStore, encode_entry
@@ -167,14 +168,14 @@ def test_variants_sharing_stages_run_each_shared_stage_once(cluster, tmp_path, m
     _, client = cluster
     runs: collections.Counter[tuple[str, str]] = collections.Counter()
     lock = threading.Lock()
-    real = graph.run_stage
+    real = pipeline.Stage.run
 
-    def counting_run_stage(stage: str, prev: Any, *args: Any, **kwargs: Any) -> StageResult:
+    def counting_run(self: pipeline.Stage, prev: Any, *args: Any, **kwargs: Any) -> StageResult:
         with lock:
-            runs[(stage, prev.fingerprint())] += 1
-        return real(stage, prev, *args, **kwargs)
+            runs[(self.name, prev.fingerprint())] += 1
+        return real(self, prev, *args, **kwargs)
 
-    monkeypatch.setattr(graph, "run_stage", counting_run_stage)
+    monkeypatch.setattr(pipeline.Stage, "run", counting_run)
     variants = [softmax("cuda:sm_90", b) for b in (128, 256, 512)]
     result = run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert_all_ok(result)

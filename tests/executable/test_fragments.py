@@ -11,9 +11,10 @@ import pytest
 from accy.errors import FragmentCompileError
 from accy.executable.cache import FragmentCompilerCache
 from accy.executable.compile import compile_fragment
+from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
-from accy.preparation.stages import PreparationRequest, prepare_through
+from accy.preparation.stages import PreparationRequest
 from accy.reference import run_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -11,13 +11,14 @@ import pytest
 
 from accy.choir.passes import Pass, PassContext, Reproducer, replay
 from accy.errors import AccyError, PassFailedError, VerifyError
+from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.preparation import recipe
 from accy.preparation.cache import (
     BackendPreparationCache,
     PreparationFailed,
     PreparationUpdate,
 )
-from accy.preparation.options import STAGES, RunOptions
+from accy.preparation.options import RunOptions
 from accy.preparation.products import Revision, SemanticModule, TargetJob
 from accy.preparation.report import (
     BackendPreparationFailure,

@@ -15,9 +15,10 @@ from stage_programs import GRAPHS, filecheck, graph, program
 import accy.reference_lowered  # noqa: F401  (registers the prim and dispatch impls)
 from accy.choir.attributes import TensorType, numpy_dtype
 from accy.dialects.dispatch import RegionOp
+from accy.pipeline import prepare_through, run_stage
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
-from accy.preparation.stages import PreparationRequest, prepare_through, run_stage
+from accy.preparation.stages import PreparationRequest
 from accy.reference import run_reference
 
 FREE = ("prim.broadcast", "prim.transpose", "prim.constant")

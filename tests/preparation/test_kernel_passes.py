@@ -12,9 +12,11 @@ import pytest
 from stage_programs import GRAPHS, graph, graph_shapes, program
 
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
-from accy.preparation.options import STAGES, RunOptions
+from accy.pipeline import PREPARATION_NAMES as STAGES
+from accy.pipeline import prepare_through, run_stage
+from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
-from accy.preparation.stages import PreparationRequest, prepare_through, run_stage
+from accy.preparation.stages import PreparationRequest
 
 CUDA = "cuda:sm_90"
 

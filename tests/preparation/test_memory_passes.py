@@ -16,9 +16,9 @@ from stage_programs import GRAPHS, graph_shapes, program
 
 from accy.choir.attributes import ArrayAttr, DenseArrayAttr, DictAttr, IntegerAttr
 from accy.dialects.dispatch import RegionOp
+from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
-from accy.preparation.stages import prepare_through
 
 
 def memory(sm: SemanticModule, opts=(), shapes=None):

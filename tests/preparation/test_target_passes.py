@@ -21,11 +21,11 @@ from accy.errors import PassFailedError, VerifyError
 from accy.executable import device
 from accy.executable.compile import compile_fragment
 from accy.executable.fragment import LoadedFragment
+from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
 from accy.preparation.passes import target as target_passes
 from accy.preparation.passes.target import launch_table_comment
 from accy.preparation.products import SemanticModule
-from accy.preparation.stages import prepare_through
 from accy.reference import run_reference
 
 CUDA = "cuda:sm_90"

@@ -465,9 +465,9 @@ def test_pointers_that_share_memory_are_not_restrict() -> None:
     """An output written in place over its input: neither pointer is restrict."""
     import re
 
+    from accy.pipeline import prepare_through
     from accy.preparation.options import RunOptions
     from accy.preparation.products import SemanticModule
-    from accy.preparation.stages import prepare_through
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sm = SemanticModule.from_file(os.path.join(root, "graphs", "elementwise_chain.mlir"))

@@ -1,15 +1,7 @@
 """The passes of the six stage pipelines, one module (or package) per stage.
 
-Importing this package registers every pass by name (for reproducers).
+Nothing is imported here: each stage's recipe (:mod:`accy.preparation.recipe`)
+imports its own passes, and :func:`accy.pipeline.replay` loads every stage's
+passes explicitly to replay a reproducer.
 """
 
-from __future__ import annotations
-
-from accy.preparation.passes import (  # noqa: F401  (register passes)
-    contract,
-    dispatch,
-    kernel,
-    memory,
-    target,
-    tensor,
-)

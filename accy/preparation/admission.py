@@ -1,0 +1,113 @@
+"""The per-stage reuse decision, shared by the local caches and the Dask tasks.
+
+Whoever holds a candidate product for a key — a cache's memory, the artifact
+store, a worker's held result — asks the same questions before reusing it:
+
+1. Was it made **for this key**? (The entry states its key and stage; an
+   intact entry copied over another key's path is a miss, not a reuse.)
+2. Does it still **verify**? (A stage product must verify; a compiled fragment
+   must carry the key and plan it was compiled under.)
+
+A store is only a cache tier: an unreadable, foreign or broken entry is a
+miss with a reason (never an error), and a failed write is a warning on the
+receipt (never a failed refresh). :func:`read_back` and :func:`write` are the
+only code that reads or writes stage products and fragments in a store.
+
+Example
+-------
+>>> class Store(dict):
+...     def get(self, key): return dict.get(self, key)
+...     def put(self, key, data, kind=""): self[key] = data
+...     def delete(self, key): self.pop(key, None)
+>>> s = Store()
+>>> read_back(s, "ab" * 16, lambda b: b, lambda v: None)
+(None, 'not stored')
+>>> write(s, "ab" * 16, b"x", "kernel"), read_back(s, "ab" * 16, lambda b: b, lambda v: None)
+(None, (b'x', None))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from accy.errors import AccyError
+from accy.preparation.keys import StageKey
+from accy.preparation.stages import StageResult
+
+logger = logging.getLogger("accy.store")
+
+T = TypeVar("T")
+
+
+def check_stage_result(result: StageResult, key: StageKey) -> str | None:
+    """Why ``result`` may not be reused under ``key`` (None: it may)."""
+    if result.key.hex != key.hex:
+        return f"entry was made for key {result.key.hex[:12]}, not {key.hex[:12]}"
+    if result.stage != key.fields.get("stage"):
+        return f"entry holds a {result.stage} result, not {key.fields.get('stage')}"
+    try:
+        result.product.verify()
+    except AccyError as e:
+        return f"product does not verify: {e}"
+    return None
+
+
+def read_back(store: Any, key_hex: str, decode: Callable[[bytes], T],
+              check: Callable[[T], str | None]) -> tuple[T | None, str | None]:
+    """The store's entry under ``key_hex``, decoded and checked: ``(value, None)``, or
+    ``(None, why)`` on a miss. A broken or foreign entry is removed; no store error
+    escapes (the store is a cache tier)."""
+    if store is None:
+        return None, "no store"
+    try:
+        data = store.get(key_hex)
+    except Exception as e:  # an unreachable or unreadable tier is a miss
+        logger.warning("accy: store read of %s failed: %s", key_hex[:12], e)
+        return None, f"store unreadable ({type(e).__name__})"
+    if data is None:
+        return None, "not stored"
+    try:
+        value = decode(data)
+    except AccyError as e:
+        _drop(store, key_hex)
+        return None, f"store entry unreadable: {e}"
+    why = check(value)
+    if why is not None:
+        _drop(store, key_hex)
+        return None, f"store entry rejected: {why}"
+    return value, None
+
+
+def read_stage_result(store: Any, key: StageKey) -> tuple[StageResult | None, str | None]:
+    """A stage result from the store, admitted for ``key`` (its origin set to ``store``)."""
+    result, why = read_back(store, key.hex, StageResult.from_wire,
+                            lambda r: check_stage_result(r, key))
+    if result is not None:
+        result.origin = "store"
+    return result, why
+
+
+def write(store: Any, key_hex: str, data: bytes, kind: str) -> str | None:
+    """Put an entry; a failure is returned as a warning (never raised)."""
+    if store is None:
+        return None
+    try:
+        ok = store.put(key_hex, data, kind=kind)
+    except Exception as e:  # a full or read-only store must not fail the refresh
+        logger.warning("accy: store write of %s failed: %s", key_hex[:12], e)
+        return f"store write failed ({type(e).__name__}: {e})"
+    if ok is False:
+        return "store write failed"
+    return None
+
+
+def _drop(store: Any, key_hex: str) -> None:
+    try:
+        store.delete(key_hex)
+    except Exception:  # best effort: the entry is a miss either way
+        pass
+
+
+__all__ = ["check_stage_result", "read_back", "read_stage_result", "write"]

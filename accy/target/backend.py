@@ -1,0 +1,172 @@
+"""Target backends: what a target is, held in one object per target.
+
+A :class:`Backend` knows a target's limits (threads per block, shared
+memory), the element types it supports, how its emitters spell source (the
+language), its compiler's identity and flags, how to compile and load a
+fragment, and whether loading needs a GPU worker. :meth:`Target.parse
+<accy.preparation.options.Target.parse>` returns the target whose
+``backend`` is one of these; below the CLI no code compares target strings.
+
+The backend also completes the stage table (:mod:`accy.pipeline`): the six
+preparation stages are the same for every target, and the backend appends
+its tail — ``compile`` and ``load`` — as Triton's ``backend.add_stages`` does.
+
+Describing a backend never imports CuPy or a compiler: the modules that
+compile and load are named here (``compiler_module``) and imported only when
+a fragment is compiled or loaded, so parsing an option stays cheap.
+
+Example
+-------
+>>> b = backend_for("cuda", "sm_90")
+>>> b.language, b.max_threads_per_block, b.needs_gpu, b.arch
+('cuda', 1024, True, 'sm_90')
+>>> HOST.language, HOST.needs_gpu, HOST.flags(fast_math=True)[:2]
+('c', False, ('-O3', '-fPIC'))
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+ALL_DTYPES = frozenset({"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"})
+
+HOST_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One target: limits, dtypes, language, compiler, loader."""
+
+    kind: ClassVar[str]
+    """``host`` or ``cuda``: the target family (the CLI spelling's prefix)."""
+    language: ClassVar[str]
+    """What the target stage's renderer spells: ``c`` or ``cuda``."""
+    needs_gpu: ClassVar[bool]
+    """Loading (and running) a fragment needs a GPU worker."""
+    compiler_module: ClassVar[str] = "accy.executable.device"
+    """The module that compiles and loads (imported only to compile or load)."""
+    max_threads_per_block: ClassVar[int]
+    max_shared_bytes: ClassVar[int]
+    """Static shared memory a kernel may use (bytes)."""
+    dtypes: ClassVar[frozenset[str]] = ALL_DTYPES
+
+    @property
+    def arch(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        """The target as the CLI spells it (``host``, ``cuda:sm_90``)."""
+        raise NotImplementedError
+
+    def device(self) -> Any:
+        """The compile/load module (imports the compiler bindings)."""
+        return importlib.import_module(self.compiler_module)
+
+    def flags(self, fast_math: bool) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def compiler_identity(self) -> str:
+        raise NotImplementedError
+
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        """Compile ``source``; return the binary and the source file's path."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class HostBackend(Backend):
+    """Plain C compiled by the system C compiler into a shared object, loaded by ctypes."""
+
+    kind: ClassVar[str] = "host"
+    language: ClassVar[str] = "c"
+    needs_gpu: ClassVar[bool] = False
+    max_threads_per_block: ClassVar[int] = 1 << 30
+    max_shared_bytes: ClassVar[int] = 1 << 30
+
+    @property
+    def arch(self) -> str:
+        return "host"
+
+    @property
+    def name(self) -> str:
+        return "host"
+
+    def flags(self, fast_math: bool) -> tuple[str, ...]:
+        return HOST_FLAGS
+
+    def compiler_identity(self) -> str:
+        return str(self.device().host_compiler_identity())
+
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        import os
+
+        so = self.device().compile_host(source, workspace, flags=flags, name="fragment")
+        with open(so, "rb") as f:
+            return f.read(), os.path.join(workspace, "fragment.c")
+
+
+@dataclass(frozen=True)
+class CudaBackend(Backend):
+    """CUDA C compiled by NVRTC into a cubin for one ``sm_XX`` arch, loaded by CuPy."""
+
+    sm: str = "sm_90"
+    kind: ClassVar[str] = "cuda"
+    language: ClassVar[str] = "cuda"
+    needs_gpu: ClassVar[bool] = True
+    max_threads_per_block: ClassVar[int] = 1024
+    max_shared_bytes: ClassVar[int] = 48 * 1024
+
+    @property
+    def arch(self) -> str:
+        return self.sm
+
+    @property
+    def name(self) -> str:
+        return f"cuda:{self.sm}"
+
+    def flags(self, fast_math: bool) -> tuple[str, ...]:
+        return ("-use_fast_math",) if fast_math else ()
+
+    def compiler_identity(self) -> str:
+        return str(self.device().cuda_compiler_identity())
+
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        import os
+
+        binary = self.device().compile_cuda(source, self.sm, options=flags, name="fragment.cu",
+                                            workspace=workspace)
+        return binary, os.path.join(workspace, "fragment.cu")
+
+
+HOST = HostBackend()
+
+
+def backend_for(kind: str, arch: str | None = None) -> Backend:
+    """The backend of a parsed target (``kind`` and ``arch`` already validated)."""
+    if kind == "host":
+        return HOST
+    if kind == "cuda":
+        return CudaBackend(arch or "sm_90")
+    raise ValueError(f"no backend for target kind {kind!r}")
+
+
+def backend_of(target: str) -> Backend:
+    """The backend of a target as spelled in a plan (``host``, ``cuda:sm_90``)."""
+    kind, _, arch = target.partition(":")
+    return backend_for(kind, arch or None)
+
+
+def local_cuda_arch() -> str | None:
+    """The local GPU's ``sm_XX``, or None (imports CuPy: only ``--target cuda`` asks)."""
+    arch: str | None = importlib.import_module(Backend.compiler_module).local_arch()
+    return arch
+
+
+__all__ = ["Backend", "HostBackend", "CudaBackend", "HOST", "backend_for", "backend_of",
+           "local_cuda_arch", "ALL_DTYPES", "HOST_FLAGS"]
