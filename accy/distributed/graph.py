@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from accy.distributed.resolve import derive
 from accy.errors import AccyError
+from accy.paths import user_dir
 from accy.preparation.keys import key_template, stage_key
 from accy.preparation.options import STAGES, RunOptions
 from accy.preparation.products import Product, SemanticModule
@@ -96,8 +96,7 @@ class VariantRequest:
 
 
 def _reproducer_dir() -> str:
-    return os.environ.get("ACCY_REPRO_DIR") or os.path.join(tempfile.gettempdir(),
-                                                            "accy-reproducers")
+    return os.environ.get("ACCY_REPRO_DIR") or user_dir("reproducers")
 
 
 def _store(url: str | None) -> Any:
@@ -197,8 +196,7 @@ def compile_task(prev: StageResult, request: dict[str, Any], store_url: str | No
         stored.meta["origin"] = "store"
         return stored
     try:
-        compiled = compile_fragment(job, os.path.join(tempfile.gettempdir(), "accy-fragments"),
-                                    key)  # type: ignore[arg-type]
+        compiled = compile_fragment(job, None, key)  # type: ignore[arg-type]
     except AccyError as e:
         raise StageFailed(str(e), "compile", "compile", "", getattr(e, "source_path", None)) \
             from None
