@@ -147,6 +147,7 @@ def user_dir(kind: str) -> str:
         os.makedirs(path, mode=0o700, exist_ok=True)
         return path
     path = _cache_home()
+    os.makedirs(path, mode=0o700, exist_ok=True)
     for part in ("accy", kind):
         path = os.path.join(path, part)
         try:
