@@ -140,6 +140,19 @@ def test_docker_compose_reads_the_services_and_volume():
             for v in service["volumes"]
         ]
         assert ("accy-store", STORE_PATH) in mounts, name
+        assert service["restart"] == "unless-stopped", name
+        # the store key passes through from the host; no value is committed
+        assert "ACCY_STORE_KEY" in service["environment"], name
+    # Published on the loopback interface only (v1: "IP:HOST:CONTAINER/tcp"; v2: long syntax).
+    published = set()
+    for p in resolved["services"]["scheduler"]["ports"]:
+        if isinstance(p, dict):
+            published.add((p.get("host_ip"), str(p["published"]), str(p["target"])))
+        else:
+            published.add(tuple(p.split("/")[0].split(":")))
+    assert published == {("127.0.0.1", "8786", "8786"), ("127.0.0.1", "8787", "8787")}
+    for name in ("worker", "gpu-worker"):
+        assert resolved["services"][name]["command"][2] == "tls://scheduler:8786", name
 
 
 def test_compose_scheduler(compose):
@@ -149,9 +162,11 @@ def test_compose_scheduler(compose):
     assert cmd[:2] == ["dask", "scheduler"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--port") + 1] == "8786"
+    assert cmd[cmd.index("--protocol") + 1] == "tls"
     assert cmd[cmd.index("--dashboard-address") + 1] == ":8787"
     published = {str(p).split("#")[0].strip() for p in s["ports"]}
-    assert published == {"8786:8786", "8787:8787"}
+    assert published == {"127.0.0.1:8786:8786", "127.0.0.1:8787:8787"}
+    assert s["restart"] == "unless-stopped"
     health = " ".join(s["healthcheck"]["test"])
     assert "http://localhost:8787/health" in health
     assert "profiles" not in s
@@ -161,9 +176,10 @@ def test_compose_cpu_workers(compose):
     w = compose["services"]["worker"]
     assert w["image"] == compose["services"]["scheduler"]["image"]
     cmd = w["command"]
-    assert cmd[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert cmd[:3] == ["dask", "worker", "tls://scheduler:8786"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--nthreads") + 1] == "2"
+    assert w["restart"] == "unless-stopped", "a worker exits when its scheduler goes away"
     assert "--resources" not in cmd
     assert w["deploy"]["replicas"] == 2
     assert w["depends_on"]["scheduler"]["condition"] == "service_healthy"
@@ -175,9 +191,10 @@ def test_compose_gpu_worker(compose):
     assert g["build"]["dockerfile"] == "cluster/Dockerfile.gpu"
     assert g["profiles"] == ["gpu"], "CPU-only hosts must be able to `up` without it"
     cmd = g["command"]
-    assert cmd[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert cmd[:3] == ["dask", "worker", "tls://scheduler:8786"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--nthreads") + 1] == "1"
+    assert g["restart"] == "unless-stopped"
     assert cmd[cmd.index("--resources") + 1] == "GPU=1"
     assert "--nworkers" not in cmd, "one process per GPU"
     assert _service_env(g)["CUDA_VISIBLE_DEVICES"] == "0"
@@ -196,6 +213,25 @@ def test_compose_store_and_config_are_shared(compose):
         # DASK_CONFIG is the folder the live cluster/dask.yaml is mounted into.
         (target,) = [t for t, src in mounts.items() if src == "./cluster/dask.yaml"]
         assert os.path.dirname(target) == env["DASK_CONFIG"], name
+
+
+def test_compose_turns_tls_on_everywhere(compose):
+    """Every service reads the committed TLS config from its DASK_CONFIG folder and
+    finds the certificates where that config points."""
+    tls = _flatten(yaml.safe_load(TLS_YAML.read_text()))
+    cert_dirs = {os.path.dirname(v) for k, v in tls.items() if k.endswith((".cert", ".key",
+                                                                           ".ca-file"))}
+    assert cert_dirs == {"/etc/accy/tls"}
+    for name in SERVICES:
+        service = compose["services"][name]
+        env, mounts = _service_env(service), _mounts(service)
+        (target,) = [t for t, src in mounts.items() if src == "./cluster/tls/dask-tls.yaml"]
+        assert os.path.dirname(target) == env["DASK_CONFIG"], name
+        assert mounts["/etc/accy/tls"] == "./cluster/tls/certs", name
+        assert "ro" in [spec.split(":")[2] for spec in service["volumes"]
+                        if spec.split(":")[1] == "/etc/accy/tls"], name
+        assert service["environment"].get("ACCY_STORE_KEY", "unset") is None, \
+            f"{name}: ACCY_STORE_KEY passes through from the host, with no value committed"
 
 
 def test_compose_builds_only_existing_dockerfiles(compose):
