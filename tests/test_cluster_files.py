@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -486,3 +487,46 @@ def test_generated_tls_config_runs_an_encrypted_cluster(certs):
             tcp = cluster.scheduler_address.replace("tls://", "tcp://")
             with pytest.raises(RuntimeError, match="encryption required"):
                 Client(tcp, security=security, timeout=5)
+
+
+def test_a_worker_exits_when_its_scheduler_dies_and_a_restarted_one_waits_for_it(tmp_path):
+    """What `restart: unless-stopped` relies on: a Dask worker does not reconnect
+    but exits, and a worker started before its scheduler waits and registers."""
+    import socket
+
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask_cli = [sys.executable, "-c", "import sys; from dask.cli import run_cli; "
+                "sys.argv[0] = 'dask'; run_cli()"]
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*dask_cli, *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+    scheduler_args = ("scheduler", "--host", "127.0.0.1", "--port", str(port),
+                      "--no-dashboard")
+    worker_args = ("worker", address, "--nthreads", "1", "--no-dashboard")
+    procs = [start(*scheduler_args)]
+    try:
+        procs.append(start(*worker_args))
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(1, timeout=60)
+        procs[0].kill()
+        procs[0].wait(10)
+        assert procs[1].wait(60) is not None  # the worker exited: Docker restarts it
+        procs.append(start(*worker_args))  # the restart, while the scheduler is still down
+        time.sleep(2)
+        assert procs[2].poll() is None, "a worker must wait for its scheduler"
+        procs.append(start(*scheduler_args))
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(1, timeout=60)
+            assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
