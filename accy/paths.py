@@ -65,12 +65,42 @@ def _remove(path: str, pid: int) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, not ours to signal
+        return True
+    return True
+
+
+def _sweep_dead(parent: str) -> None:
+    """Remove private directories of this user's accy processes that died without
+    running atexit (SIGTERM, SIGKILL): ``accy-<pid>-*``, ours, 0700, pid gone."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "accy" or not parts[1].isdigit():
+            continue
+        path = os.path.join(parent, name)
+        if _is_own_dir(path) and not _alive(int(parts[1])):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def private_dir() -> str:
     """This process's private directory (0700, unpredictable name, removed at exit).
 
     Made lazily, once per process: a second process, or a forked child, gets
     its own. If it disappeared or stopped being private (a temp cleaner, a
-    chmod), a new one is made. ``ACCY_KEEP_TEMPS=1`` keeps it at exit.
+    chmod), a new one is made. ``ACCY_KEEP_TEMPS=1`` keeps it at exit. The
+    first call of a process also removes the private directories this user's
+    dead accy processes left (killed before atexit ran); a process in another
+    PID namespace sharing this temp folder would look dead, so give
+    containers their own ``/tmp``.
 
     Example
     -------
@@ -81,6 +111,8 @@ def private_dir() -> str:
     with _LOCK:
         path = _PRIVATE.get(pid)
         if path is None or not _is_own_dir(path):
+            if not _PRIVATE:
+                _sweep_dead(tempfile.gettempdir())
             path = tempfile.mkdtemp(prefix=f"accy-{pid}-")
             os.chmod(path, 0o700)  # mkdtemp makes it 0700 already; the umask may only narrow it
             _PRIVATE[pid] = path

@@ -102,6 +102,23 @@ def test_another_process_gets_another_dir_and_removes_it_at_exit(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_killed_process_dir_is_swept_by_the_next_process(tmp_path):
+    code = "from accy import paths; import os, signal; print(paths.private_dir(), flush=True); " \
+           "os.kill(os.getpid(), signal.SIGKILL)"
+    env = {**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=60)
+    left = killed.stdout.strip()
+    assert killed.returncode == -9 and os.path.isdir(left)  # atexit did not run
+    dead_pid = os.path.basename(left).split("-")[1]
+    other = tmp_path / f"accy-{dead_pid}-shared"
+    other.mkdir()
+    other.chmod(0o755)  # the same dead pid, but not a private dir: never swept
+    _run_python("from accy import paths; paths.private_dir()", {"TMPDIR": str(tmp_path)})
+    assert not os.path.exists(left)
+    assert other.is_dir()
+
+
 def test_keep_temps_keeps_the_private_dir(tmp_path):
     code = "from accy import paths; print(paths.private_dir())"
     kept = _run_python(code, {"TMPDIR": str(tmp_path), "ACCY_KEEP_TEMPS": "1"})
