@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -140,6 +141,19 @@ def test_docker_compose_reads_the_services_and_volume():
             for v in service["volumes"]
         ]
         assert ("accy-store", STORE_PATH) in mounts, name
+        assert service["restart"] == "unless-stopped", name
+        # the store key passes through from the host; no value is committed
+        assert "ACCY_STORE_KEY" in service["environment"], name
+    # Published on the loopback interface only (v1: "IP:HOST:CONTAINER/tcp"; v2: long syntax).
+    published = set()
+    for p in resolved["services"]["scheduler"]["ports"]:
+        if isinstance(p, dict):
+            published.add((p.get("host_ip"), str(p["published"]), str(p["target"])))
+        else:
+            published.add(tuple(p.split("/")[0].split(":")))
+    assert published == {("127.0.0.1", "8786", "8786"), ("127.0.0.1", "8787", "8787")}
+    for name in ("worker", "gpu-worker"):
+        assert resolved["services"][name]["command"][2] == "tls://scheduler:8786", name
 
 
 def test_compose_scheduler(compose):
@@ -149,9 +163,11 @@ def test_compose_scheduler(compose):
     assert cmd[:2] == ["dask", "scheduler"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--port") + 1] == "8786"
+    assert cmd[cmd.index("--protocol") + 1] == "tls"
     assert cmd[cmd.index("--dashboard-address") + 1] == ":8787"
     published = {str(p).split("#")[0].strip() for p in s["ports"]}
-    assert published == {"8786:8786", "8787:8787"}
+    assert published == {"127.0.0.1:8786:8786", "127.0.0.1:8787:8787"}
+    assert s["restart"] == "unless-stopped"
     health = " ".join(s["healthcheck"]["test"])
     assert "http://localhost:8787/health" in health
     assert "profiles" not in s
@@ -161,9 +177,10 @@ def test_compose_cpu_workers(compose):
     w = compose["services"]["worker"]
     assert w["image"] == compose["services"]["scheduler"]["image"]
     cmd = w["command"]
-    assert cmd[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert cmd[:3] == ["dask", "worker", "tls://scheduler:8786"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--nthreads") + 1] == "2"
+    assert w["restart"] == "unless-stopped", "a worker exits when its scheduler goes away"
     assert "--resources" not in cmd
     assert w["deploy"]["replicas"] == 2
     assert w["depends_on"]["scheduler"]["condition"] == "service_healthy"
@@ -175,9 +192,10 @@ def test_compose_gpu_worker(compose):
     assert g["build"]["dockerfile"] == "cluster/Dockerfile.gpu"
     assert g["profiles"] == ["gpu"], "CPU-only hosts must be able to `up` without it"
     cmd = g["command"]
-    assert cmd[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert cmd[:3] == ["dask", "worker", "tls://scheduler:8786"]
     assert cmd[cmd.index("--preload") + 1] == "accy.distributed"
     assert cmd[cmd.index("--nthreads") + 1] == "1"
+    assert g["restart"] == "unless-stopped"
     assert cmd[cmd.index("--resources") + 1] == "GPU=1"
     assert "--nworkers" not in cmd, "one process per GPU"
     assert _service_env(g)["CUDA_VISIBLE_DEVICES"] == "0"
@@ -196,6 +214,25 @@ def test_compose_store_and_config_are_shared(compose):
         # DASK_CONFIG is the folder the live cluster/dask.yaml is mounted into.
         (target,) = [t for t, src in mounts.items() if src == "./cluster/dask.yaml"]
         assert os.path.dirname(target) == env["DASK_CONFIG"], name
+
+
+def test_compose_turns_tls_on_everywhere(compose):
+    """Every service reads the committed TLS config from its DASK_CONFIG folder and
+    finds the certificates where that config points."""
+    tls = _flatten(yaml.safe_load(TLS_YAML.read_text()))
+    cert_dirs = {os.path.dirname(v) for k, v in tls.items() if k.endswith((".cert", ".key",
+                                                                           ".ca-file"))}
+    assert cert_dirs == {"/etc/accy/tls"}
+    for name in SERVICES:
+        service = compose["services"][name]
+        env, mounts = _service_env(service), _mounts(service)
+        (target,) = [t for t, src in mounts.items() if src == "./cluster/tls/dask-tls.yaml"]
+        assert os.path.dirname(target) == env["DASK_CONFIG"], name
+        assert mounts["/etc/accy/tls"] == "./cluster/tls/certs", name
+        assert "ro" in [spec.split(":")[2] for spec in service["volumes"]
+                        if spec.split(":")[1] == "/etc/accy/tls"], name
+        assert service["environment"].get("ACCY_STORE_KEY", "unset") is None, \
+            f"{name}: ACCY_STORE_KEY passes through from the host, with no value committed"
 
 
 def test_compose_builds_only_existing_dockerfiles(compose):
@@ -450,3 +487,46 @@ def test_generated_tls_config_runs_an_encrypted_cluster(certs):
             tcp = cluster.scheduler_address.replace("tls://", "tcp://")
             with pytest.raises(RuntimeError, match="encryption required"):
                 Client(tcp, security=security, timeout=5)
+
+
+def test_a_worker_exits_when_its_scheduler_dies_and_a_restarted_one_waits_for_it(tmp_path):
+    """What `restart: unless-stopped` relies on: a Dask worker does not reconnect
+    but exits, and a worker started before its scheduler waits and registers."""
+    import socket
+
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask_cli = [sys.executable, "-c", "import sys; from dask.cli import run_cli; "
+                "sys.argv[0] = 'dask'; run_cli()"]
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*dask_cli, *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd=tmp_path)
+
+    scheduler_args = ("scheduler", "--host", "127.0.0.1", "--port", str(port),
+                      "--no-dashboard")
+    worker_args = ("worker", address, "--nthreads", "1", "--no-dashboard")
+    procs = [start(*scheduler_args)]
+    try:
+        procs.append(start(*worker_args))
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(1, timeout=60)
+        procs[0].kill()
+        procs[0].wait(10)
+        assert procs[1].wait(60) is not None  # the worker exited: Docker restarts it
+        procs.append(start(*worker_args))  # the restart, while the scheduler is still down
+        time.sleep(2)
+        assert procs[2].poll() is None, "a worker must wait for its scheduler"
+        procs.append(start(*scheduler_args))
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(1, timeout=60)
+            assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from accy.choir.ir import Operation
 from accy.choir.location import Location
 from accy.errors import AccyError, PassFailedError, VerifyError, WorkLimitError
 from accy.files import write_atomic
+from accy.paths import user_dir
 
 
 class _BrokenIR(AccyError):
@@ -158,7 +158,7 @@ class Reproducer:
 
     def write(self, directory: str | None = None, name: str | None = None) -> str:
         """Write the reproducer atomically as ``.mlir`` (it reads in mlir-opt); return its path."""
-        directory = directory or tempfile.gettempdir()
+        directory = directory or user_dir("reproducers")
         name = name or f"accy-repro-{self.pipeline}-{self.pass_name}-{os.getpid()}.mlir"
         return write_atomic(os.path.join(directory, name), self.text())
 

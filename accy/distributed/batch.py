@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
@@ -370,15 +371,22 @@ LOCAL_CONFIG = {"distributed.scheduler.worker-saturation": "inf"}
 """Stage tasks take milliseconds: queueing them on the scheduler triples their overhead."""
 
 
-def _local_cluster(workers: int, dashboard: str) -> Any:
+LOCAL_HOST_ENV = "ACCY_BATCH_HOST"
+"""The interface the local cluster of ``accy batch`` binds (scheduler, dashboard,
+workers): 127.0.0.1 unless this says otherwise (``0.0.0.0`` for every interface)."""
+
+
+def _local_cluster(workers: int, dashboard_port: int) -> Any:
     import dask.config
     from distributed import LocalCluster
 
     from accy.distributed import local_cluster_kwargs
     from accy.executable.device import gpu_available
 
+    host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
     kwargs: dict[str, Any] = dict(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=dashboard, **local_cluster_kwargs())
+                                  host=host, dashboard_address=f"{host}:{dashboard_port}",
+                                  **local_cluster_kwargs())
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
     with dask.config.set(LOCAL_CONFIG):
@@ -433,7 +441,7 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
         except (OSError, TimeoutError) as e:
             raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     else:
-        cluster = _local_cluster(workers or 2, ":8787")
+        cluster = _local_cluster(workers or 2, 8787)
         client = Client(cluster)
     try:
         if keep_open is not None:

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from accy.errors import AccyError
+from accy.paths import user_dir
 from accy.pipeline import PREPARATION_NAMES, preparation
 from accy.pipeline import stage as table_stage
 from accy.preparation.admission import read_back, read_stage_result, write
@@ -98,8 +98,7 @@ class VariantRequest:
 
 
 def _reproducer_dir() -> str:
-    return os.environ.get("ACCY_REPRO_DIR") or os.path.join(tempfile.gettempdir(),
-                                                            "accy-reproducers")
+    return os.environ.get("ACCY_REPRO_DIR") or user_dir("reproducers")
 
 
 def _store(url: str | None) -> Any:
@@ -193,8 +192,7 @@ def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> A
         stored.meta["origin"] = "store"
         return stored
     try:
-        compiled = compile_fragment(job, os.path.join(tempfile.gettempdir(), "accy-fragments"),
-                                    key)  # type: ignore[arg-type]
+        compiled = compile_fragment(job, None, key)  # type: ignore[arg-type]
     except AccyError as e:
         raise StageFailed(str(e), "compile", "compile", "", getattr(e, "source_path", None)) \
             from None

@@ -21,7 +21,6 @@ from accy.target.backend import backend_of
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +66,9 @@ class FragmentCompilerCache:
         Optional persistent store shared by stage products and compiled
         fragments (``accy compile --cache DIR``).
     workspace
-        Where sources, binaries and reproducers are written.
+        Where sources, binaries and reproducers are written (default: builds in
+        this process's private directory, reproducers in the user's folder; see
+        :mod:`accy.paths`).
     load
         Load the fragment after compiling (a compile-only refresh reports the
         load as skipped).
@@ -76,7 +77,7 @@ class FragmentCompilerCache:
     def __init__(self, store: Any | None = None, workspace: str | None = None,
                  load: bool = True) -> None:
         self.store = store
-        self.workspace = workspace or tempfile.mkdtemp(prefix="accy-")
+        self.workspace = workspace  # None: accy.paths decides (private builds, user reproducers)
         self.load = load
         self.preparation_cache = BackendPreparationCache(store=store)
         self.loaded: LoadedFragment | None = None

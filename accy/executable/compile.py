@@ -16,7 +16,6 @@ Example
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from accy.choir.attributes import (
     TensorType,
 )
 from accy.errors import FragmentCompileError, WireFormatError
+from accy.paths import private_subdir
 from accy.pipeline import stage
 from accy.preparation.keys import StageKey, make_key
 from accy.preparation.products import TargetJob
@@ -172,8 +172,8 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     plan = FragmentPlan.of(job)
     source = job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     key = key or compile_key(job)
-    workspace = workspace or tempfile.mkdtemp(prefix="accy-fragment-")
-    ws = os.path.join(workspace, key.hex[:16])
+    ws = os.path.join(workspace, key.hex[:16]) if workspace else \
+        private_subdir(f"fragment-{key.hex[:16]}-")
     os.makedirs(ws, exist_ok=True)
     t0 = time.perf_counter_ns()
     binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math))

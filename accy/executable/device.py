@@ -30,6 +30,7 @@ import numpy as np
 
 from accy.errors import FragmentCompileError, FragmentLoadError
 from accy.files import write_atomic
+from accy.paths import lasting_source, private_subdir
 
 DEFAULT_HOST_FLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
 """Flags :func:`compile_host` passes to the C compiler unless told otherwise."""
@@ -76,8 +77,9 @@ def compile_cuda(
 
     The options are ``-arch=<arch>``, ``--std=c++17``, then ``options`` (for
     example ``-use_fast_math``). When ``workspace`` is given the source is saved
-    there as ``name``; otherwise it is saved to a fresh temporary folder only
-    when compilation fails, so the error always points at a file to open.
+    there as ``name``; otherwise it is saved to the user's
+    ``accy.paths.user_dir("sources")`` only when compilation fails, so the error
+    always points at a file to open.
 
     Raises
     ------
@@ -106,9 +108,7 @@ def compile_cuda(
             return bytes(nvrtc.getCUBIN(prog))
         except nvrtc.NVRTCError as e:
             log = nvrtc.getProgramLog(prog) or str(e)
-            if source_path is None:
-                source_path = os.path.join(tempfile.mkdtemp(prefix="accy-cuda-"), name)
-                write_atomic(source_path, source.encode())
+            source_path = lasting_source(source_path, name, source)
             raise FragmentCompileError(
                 f"NVRTC failed to compile {name} for {arch} ({e})",
                 log=log,
@@ -152,14 +152,17 @@ def host_compiler_identity() -> str:
 
 def compile_host(
     source: str,
-    workspace: str,
+    workspace: str | None = None,
     *,
     flags: Sequence[str] = DEFAULT_HOST_FLAGS,
     name: str = "fragment",
 ) -> str:
     """Compile C ``source`` to ``<workspace>/<name>.so`` and return that path.
 
-    The source is written to ``<workspace>/<name>.c``; the library is built
+    ``workspace`` defaults to a fresh folder in this process's private
+    directory (:func:`accy.paths.private_subdir`), removed at exit. The source
+    is written to ``<workspace>/<name>.c`` (and, if the compile fails, kept in
+    ``accy.paths.user_dir("sources")``, the path the error names); the library is built
     under a temporary name in the same folder and moved into place with
     ``os.replace``, so a reader never sees a half-written ``.so``. ``-lm`` is
     linked.
@@ -171,10 +174,11 @@ def compile_host(
 
     Example
     -------
-    >>> so = compile_host("void f(void** b) {}", tempfile.mkdtemp())
+    >>> so = compile_host("void f(void** b) {}")
     >>> so.endswith("fragment.so")
     True
     """
+    workspace = workspace or private_subdir("build-")
     os.makedirs(workspace, exist_ok=True)
     source_path = os.path.join(workspace, f"{name}.c")
     so_path = os.path.join(workspace, f"{name}.so")
@@ -189,14 +193,14 @@ def compile_host(
             raise FragmentCompileError(
                 f"no usable C compiler {cmd[0]!r} (install gcc or clang, or set $CC): {e}",
                 options=tuple(flags),
-                source_path=source_path,
+                source_path=lasting_source(source_path, f"{name}.c", source),
             ) from None
         if proc.returncode != 0:
             raise FragmentCompileError(
                 f"{cmd[0]} failed to compile {name}.c (exit {proc.returncode})",
                 log=proc.stderr,
                 options=tuple(flags),
-                source_path=source_path,
+                source_path=lasting_source(source_path, f"{name}.c", source),
             )
         os.replace(tmp, so_path)
     finally:
@@ -215,7 +219,7 @@ class HostLibrary:
     Example
     -------
     >>> src = "void twice(void** b, long long n) { float* x = b[0]; for (long long i = 0; i < n; i++) x[i] *= 2; }"
-    >>> lib = HostLibrary(compile_host(src, tempfile.mkdtemp()))
+    >>> lib = HostLibrary(compile_host(src))
     >>> x = np.ones(3, np.float32)
     >>> lib.call("twice", [x.ctypes.data], 3)
     >>> x.tolist()
@@ -252,7 +256,7 @@ class HostLibrary:
 
         Example
         -------
-        >>> lib = HostLibrary(compile_host("void z(void** b) { ((float*)b[0])[0] = 0; }", tempfile.mkdtemp()))
+        >>> lib = HostLibrary(compile_host("void z(void** b) { ((float*)b[0])[0] = 0; }"))
         >>> x = np.ones(2, np.float32); lib.call_with_buffers("z", [x]); x.tolist()
         [0.0, 1.0]
         """

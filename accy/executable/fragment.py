@@ -13,8 +13,6 @@ the inputs were CuPy arrays, NumPy otherwise.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,8 +21,8 @@ import numpy as np
 
 from accy.errors import AccyError, FragmentLoadError
 from accy.executable.compile import CompiledFragment, FragmentPlan
-from accy.files import write_atomic
 from accy.numerics import bf16_bits
+from accy.paths import fresh_file
 
 _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
@@ -55,11 +53,8 @@ class LoadedFragment:
         if self.plan.language == "c":
             from accy.executable.device import HostLibrary
 
-            ws = workspace or os.path.join(tempfile.gettempdir(), f"accy-loaded-{os.getpid()}")
-            os.makedirs(ws, exist_ok=True)
-            path = os.path.join(ws, f"fragment-{self.key[:16]}-{os.getpid()}.so")
-            if not os.path.exists(path):
-                write_atomic(path, compiled.binary)
+            # a file this call just created (O_EXCL), never a path that may pre-exist
+            path = fresh_file(compiled.binary, f"fragment-{self.key[:16]}-", ".so", workspace)
             self._lib: Any = HostLibrary(path)
             self.device = "host"
         else:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accy.files import write_atomic
+from accy.paths import user_dir
 from accy.pipeline import STAGE_NAMES
 from accy.preparation.stages import StageResult
 
@@ -212,7 +212,8 @@ class BackendPreparationFailure:
     @staticmethod
     def from_error(err: PassFailedError, stage: str, directory: str | None = None,
                    key: str | None = None) -> BackendPreparationFailure:
-        """Capture ``err`` and write its reproducer into ``directory`` (a temp dir by default).
+        """Capture ``err`` and write its reproducer into ``directory`` (default:
+        ``accy.paths.user_dir("reproducers")``, or ``$ACCY_REPRODUCER_DIR``).
 
         ``key`` (the failing stage's key) names the file, so failures of
         different variants in one folder do not overwrite each other.
@@ -220,7 +221,7 @@ class BackendPreparationFailure:
         repro = getattr(err, "reproducer", None)
         if repro is None:
             return BackendPreparationFailure(stage, "", str(err), None, stage)
-        directory = directory or os.path.join(tempfile.gettempdir(), "accy-reproducers")
+        directory = directory or user_dir("reproducers")
         tag = (key or f"pid{os.getpid()}")[:16]
         path = repro.write(directory, f"accy-repro-{repro.pipeline}-{repro.pass_name}-{tag}.mlir")
         return BackendPreparationFailure(repro.pipeline, repro.pass_name, repro.message, path,

@@ -199,3 +199,59 @@ def test_scheduler_and_workers_together_are_a_usage_error(tmp_path):
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     assert "--scheduler" in run.stderr and "--workers" in run.stderr
+
+
+# -- the local cluster binds the loopback interface unless asked
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """(ip, port) of every TCP socket ``pid`` and its descendants listen on."""
+    import psutil
+
+    root = psutil.Process(pid)
+    found = set()
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            conns = p.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        found |= {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+    return found
+
+
+@pytest.mark.parametrize("asked", [None, "0.0.0.0"])
+def test_the_local_cluster_binds_where_its_dashboard_link_says(tmp_path, asked):
+    sweep = write_sweep(tmp_path / "s.yaml", [str(GRAPHS / "softmax.mlir")],
+                        shapes=[{"arg0": "8x256"}])
+    report = tmp_path / "r.json"
+    e = env()
+    e["PYTHONUNBUFFERED"] = "1"
+    e.pop("ACCY_BATCH_HOST", None)
+    if asked:
+        e["ACCY_BATCH_HOST"] = asked
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "accy", "batch", str(sweep), "--workers", "1", "--no-progress",
+         "--cache", str(tmp_path / "store"), "--report", str(report), "--keep-open", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=e)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("dashboard: http://"), line
+        host, port = line.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        deadline = time.monotonic() + 90
+        while not report.exists():  # the batch ran: scheduler and workers are up
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        bound = _listening(proc.pid)
+        want = asked or "127.0.0.1"
+        if asked is None:
+            assert host == "127.0.0.1"  # (with 0.0.0.0 Dask links to the host's own address)
+        assert (want, int(port)) in bound, bound  # the dashboard is where the link says
+        assert len(bound) >= 3, bound  # scheduler, dashboard, worker (and nanny)
+        assert {ip for ip, _ in bound} == {want}, bound
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
