@@ -13,6 +13,7 @@ import pytest
 
 from accy.errors import StoreError
 from accy.store import (
+    Entry,
     ArtifactStore,
     decode_entry,
     default_store_url,
@@ -25,8 +26,10 @@ def key(i: int) -> str:
 
 
 def all_files(root: str) -> list[str]:
+    """Every file of the store but its ledger."""
     return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, _, files in os.walk(root) for f in files)
+                  for d, _, files in os.walk(root) for f in files
+                  if os.path.join(d, f) != os.path.join(root, ".accy-ledger"))
 
 
 def temp_files(root: str) -> list[str]:
@@ -39,13 +42,16 @@ def test_put_get_round_trip_and_layout(tmp_path):
     assert store.get("abcdef01") == b"hello"
     assert store.kind("abcdef01") == "product"
     assert all_files(str(tmp_path)) == [os.path.join("ab", "abcdef01")]
+    assert (tmp_path / ".accy-ledger").is_file()
     assert store.contains("abcdef01") and "abcdef01" in store
     assert not store.contains("abcdef02")
     assert store.keys() == ["abcdef01"]
     assert store.size_bytes() == os.path.getsize(tmp_path / "ab" / "abcdef01")
     assert store.delete("abcdef01") and not store.delete("abcdef01")
     assert store.get("abcdef01") is None
-    assert store.stats() == {"hits": 1, "misses": 1, "corrupt": 0, "evictions": 0, "puts": 1}
+    assert store.stats() == {"hits": 1, "misses": 1, "corrupt": 0, "mismatched": 0,
+                             "unauthenticated": 0, "evictions": 0, "puts": 1,
+                             "put_errors": 0, "read_errors": 0}
 
 
 def test_empty_payload_and_overwrite(tmp_path):
@@ -86,11 +92,11 @@ def test_concurrent_puts_of_one_key_leave_one_intact_entry(tmp_path):
     assert all_files(str(tmp_path)) == [os.path.join("fe", "feedbeef")]
     assert store.get("feedbeef") == payload
     assert store.stats()["corrupt"] == 0
-    assert store.size_bytes() == len(encode_entry(payload, "product"))
+    assert store.size_bytes() == len(encode_entry(payload, "product", "feedbeef"))
 
 
 def test_concurrent_puts_of_many_keys_respect_the_bound(tmp_path):
-    entry = len(encode_entry(b"x" * 1000, "product"))
+    entry = len(encode_entry(b"x" * 1000, "product", key(0)))
     store = ArtifactStore(str(tmp_path), max_bytes=entry * 10)
 
     def writer(t: int) -> None:
@@ -129,14 +135,18 @@ def test_corrupt_entry_is_a_miss_and_removed(tmp_path, damage):
 
 
 def test_entry_format_round_trips():
-    blob = encode_entry(b"abc", "fragment")
-    assert decode_entry(blob) == ("fragment", b"abc")
+    blob = encode_entry(b"abc", "fragment", "00ff")
+    assert decode_entry(blob) == Entry("00ff", "fragment", b"abc")
     assert decode_entry(blob[:-1]) is None
     assert decode_entry(b"ACCYART1") is None
+    signed = encode_entry(b"abc", "fragment", "00ff", secret=b"k")
+    assert decode_entry(signed) == decode_entry(signed, secret=b"k") == decode_entry(blob)
+    assert decode_entry(signed, secret=b"other") is None
+    assert decode_entry(blob, secret=b"k") is None
 
 
 def test_lru_eviction_order_under_a_byte_bound(tmp_path):
-    entry = len(encode_entry(b"x" * 100, "product"))
+    entry = len(encode_entry(b"x" * 100, "product", key(0)))
     store = ArtifactStore(str(tmp_path), max_bytes=3 * entry)
     for i in (1, 2, 3):
         store.put(key(i), b"x" * 100)
@@ -151,14 +161,15 @@ def test_lru_eviction_order_under_a_byte_bound(tmp_path):
 
 
 def test_an_entry_larger_than_the_bound_is_not_stored(tmp_path):
-    store = ArtifactStore(str(tmp_path), max_bytes=100)
-    store.put(key(1), b"x" * 10)
+    store = ArtifactStore(str(tmp_path),
+                          max_bytes=len(encode_entry(b"x" * 10, "product", key(1))) + 100)
+    assert store.put(key(1), b"x" * 10)
     assert store.put(key(2), b"x" * 500) is False
     assert store.keys() == [key(1)]
 
 
 def test_a_new_store_on_the_same_folder_sees_old_entries_and_their_lru_order(tmp_path):
-    entry = len(encode_entry(b"y" * 50, "product"))
+    entry = len(encode_entry(b"y" * 50, "product", key(0)))
     first = ArtifactStore(str(tmp_path), max_bytes=3 * entry)
     for i in (1, 2, 3):
         first.put(key(i), b"y" * 50)
@@ -172,7 +183,7 @@ def test_a_new_store_on_the_same_folder_sees_old_entries_and_their_lru_order(tmp
 
 
 def test_two_stores_sharing_a_folder_count_each_others_entries(tmp_path):
-    entry = len(encode_entry(b"z" * 50, "product"))
+    entry = len(encode_entry(b"z" * 50, "product", key(0)))
     a = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
     b = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
     for i in range(3):
@@ -199,7 +210,7 @@ def test_stale_temporary_files_are_swept_and_fresh_ones_kept(tmp_path):
 
 def test_an_fsspec_url_works_through_the_generic_path():
     url = f"memory://accy-test-{uuid.uuid4().hex}"
-    entry = len(encode_entry(b"m" * 10, "product"))
+    entry = len(encode_entry(b"m" * 10, "product", key(0)))
     store = ArtifactStore(url, max_bytes=2 * entry)
     assert not store._local
     store.put(key(1), b"m" * 10)
