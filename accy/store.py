@@ -169,7 +169,8 @@ def _mac(secret: bytes, framed: bytes) -> bytes:
     return hmac.new(secret, _MAC_DOMAIN + framed, hashlib.sha256).digest()
 
 
-def encode_entry(payload: bytes, kind: str, key: str, *, secret: bytes | None = None) -> bytes:
+def encode_entry(payload: bytes, kind: str, key: str = "", *,
+                 secret: bytes | None = None) -> bytes:
     """The bytes of one stored entry, bound to ``key`` and ``kind``.
 
     Parameters
@@ -179,7 +180,9 @@ def encode_entry(payload: bytes, kind: str, key: str, *, secret: bytes | None = 
     kind
         What the artifact is (``"contract"`` … ``"target"``, ``"fragment"``).
     key
-        The key the entry is written for.
+        The key the entry is written for. The default (no key, for callers
+        of format 1's ``encode_entry(payload, kind)``) makes an entry that no
+        ``get`` accepts: it is counted as ``mismatched`` under every key.
     secret
         When given, the entry carries an HMAC-SHA256 of (key, kind, payload).
 
@@ -384,6 +387,7 @@ class ArtifactStore:
         self._lru: collections.deque[tuple[str, int, float]] = collections.deque()
         self._used: dict[str, float] = {}  # remote stores: this process's last use per key
         self._put_since_scan = 0  # bytes this object put since its last scan
+        self._tmps: list[tuple[str, str, int, float]] = []  # live temporaries at the last scan
         try:
             self.fs.makedirs(self.root, exist_ok=True)
         except OSError as e:
@@ -663,6 +667,8 @@ class ArtifactStore:
         if self.max_bytes is None:
             return total
         scanned = False
+        if total + need > self.max_bytes and self._tmps:
+            total -= self._sweep_known_temporaries()
         while total + need > self.max_bytes:
             if not self._lru:
                 if scanned:
@@ -686,12 +692,31 @@ class ArtifactStore:
         self._ledger.write(total)
         return total
 
+    def _sweep_known_temporaries(self) -> int:
+        """Remove the temporaries of the last scan whose writer died since; bytes freed.
+
+        They hold a reservation in the ledger, so freeing them comes before
+        evicting entries (the caller holds the ledger lock).
+        """
+        freed, live, now = 0, [], time.time()
+        for path, name, size, mtime in self._tmps:
+            if not _tmp_is_abandoned(name, mtime, now):
+                live.append((path, name, size, mtime))
+                continue
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:  # renamed by its writer, or swept by another process
+                continue
+            freed += size
+        self._tmps = live
+        return freed
+
     def _scan(self) -> int:
         """Recount the store (under the ledger lock): rebuild the LRU list, sweep
         abandoned temporaries, write and return the true total (live temporaries
         included, as their writers reserved them)."""
         with self._ledger.locked():
-            entries, total = [], 0
+            entries, tmps, total = [], [], 0
             now = time.time()
             for path, name, size, mtime in self._listing():
                 if name.startswith(_TMP_PREFIX):
@@ -699,6 +724,7 @@ class ArtifactStore:
                         with contextlib.suppress(FileNotFoundError):
                             self.fs.rm_file(path)
                         continue
+                    tmps.append((path, name, size, mtime))
                     total += size
                 elif _KEY.fullmatch(name):
                     if not self._local:
@@ -708,6 +734,7 @@ class ArtifactStore:
                     total += size
             entries.sort(key=lambda e: e[2])
             self._lru = collections.deque(entries)
+            self._tmps = tmps
             self._put_since_scan = 0
             self._ledger.write(total)
             return total
