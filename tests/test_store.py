@@ -24,8 +24,8 @@ import accy
 import accy.store
 from accy.errors import StoreError
 from accy.store import (
-    Entry,
     ArtifactStore,
+    Entry,
     decode_entry,
     default_store_url,
     encode_entry,
