@@ -271,13 +271,17 @@ class _FileLedger(_ProcessLedger):
         self._depth = 0
 
     def _open(self) -> int:
-        if self._fd is None or self._pid != os.getpid():  # a forked child opens its own
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             self._pid = os.getpid()
         return self._fd
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
+        if self._pid and self._pid != os.getpid():
+            # A forked child: its copy of the thread lock may be held by a thread that
+            # does not exist here, and it needs its own open file (flock is per file).
+            self._lock, self._fd, self._depth, self._pid = threading.RLock(), None, 0, 0
         with self._lock:  # threads first (flock does not exclude threads sharing one fd)
             fd = self._open()
             if self._depth == 0:
@@ -353,8 +357,9 @@ class ArtifactStore:
         Upper bound of the store's size; None: no bound.
     auth_key
         Secret for the entries' HMAC-SHA256 (bytes, or a str taken as UTF-8);
-        None: :func:`default_auth_key` (``$ACCY_STORE_KEY``), and without it
-        entries are not authenticated.
+        None: :func:`default_auth_key` (``$ACCY_STORE_KEY``, which Dask workers
+        need in their environment); empty: no authentication even when the
+        variable is set. Without a secret entries are not authenticated.
 
     Example
     -------
@@ -553,7 +558,7 @@ class ArtifactStore:
         with self._ledger.locked():
             total = self._make_room(size, keep=key)
             os.makedirs(folder, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 os.ftruncate(fd, size)
             except BaseException:
@@ -769,14 +774,26 @@ class ArtifactStore:
                 yield path, path.rsplit("/", 1)[-1], int(info.get("size") or 0), _mtime(info)
 
     def size_bytes(self) -> int:
-        """Bytes the store holds (headers and in-flight temporaries included); recounts."""
-        return self._scan()
+        """Bytes the store holds (headers and in-flight temporaries included); recounts.
+
+        Raises :class:`~accy.errors.StoreError` when the store cannot be listed.
+        """
+        try:
+            return self._scan()
+        except OSError as e:
+            raise StoreError(f"cannot count the artifact store at {self.url}: {e}") from None
 
     def keys(self) -> list[str]:
-        """Every key in the store, sorted (recounts the store)."""
-        with self._ledger.locked():
-            self._scan()
-            return sorted(key for key, _, _ in self._lru)
+        """Every key in the store, sorted (recounts the store).
+
+        Raises :class:`~accy.errors.StoreError` when the store cannot be listed.
+        """
+        try:
+            with self._ledger.locked():
+                self._scan()
+                return sorted(key for key, _, _ in self._lru)
+        except OSError as e:
+            raise StoreError(f"cannot list the artifact store at {self.url}: {e}") from None
 
     def __len__(self) -> int:
         return len(self.keys())

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -506,6 +507,8 @@ def test_an_unusable_ledger_fails_puts_not_gets(tmp_path):
     assert fresh.put(key(2), b"l") is False
     assert fresh.get(key(1)) == b"l"
     assert fresh.stats()["put_errors"] == 1
+    with pytest.raises(StoreError, match="cannot list"):
+        fresh.keys()
 
 
 def test_an_unreadable_entry_is_a_counted_miss_and_kept(tmp_path, monkeypatch):
@@ -520,3 +523,33 @@ def test_an_unreadable_entry_is_a_counted_miss_and_kept(tmp_path, monkeypatch):
     assert store.stats()["read_errors"] == 1 and store.stats()["misses"] == 1
     monkeypatch.undo()
     assert store.get(key(1)) == b"p"
+
+
+def test_an_empty_key_turns_authentication_off_even_with_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCY_STORE_KEY", "from-env")
+    assert not ArtifactStore(str(tmp_path), auth_key=b"").authenticated
+
+
+def test_a_child_forked_while_a_thread_holds_the_ledger_lock_does_not_hang(tmp_path):
+    entry = len(encode_entry(b"k" * 100, "product", key(0)))
+    store = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
+    store.put(key(1), b"k" * 100)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # a put of another thread, caught inside its locked section
+        with store._ledger.locked():
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
+        signal.alarm(10)  # a deadlocked child dies of SIGALRM
+        ok = all(store.put(key(i), b"k" * 100) for i in range(100, 110))
+        os._exit(0 if ok else 1)
+    release.set()
+    holder.join()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert store.size_bytes() <= 4 * entry and len(store.keys()) == 4
