@@ -1,8 +1,18 @@
-"""ArtifactStore: atomic writes, verified reads, LRU eviction under a byte bound, persistence."""
+"""ArtifactStore: atomic writes, verified and authenticated reads, a bound shared by
+processes, LRU eviction, persistence, and failures that never reach the caller."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
+import logging
 import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -11,9 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 import dask.config
 import pytest
 
+import accy
+import accy.store
 from accy.errors import StoreError
 from accy.store import (
     ArtifactStore,
+    Entry,
     decode_entry,
     default_store_url,
     encode_entry,
@@ -25,8 +38,10 @@ def key(i: int) -> str:
 
 
 def all_files(root: str) -> list[str]:
+    """Every file of the store but its ledger."""
     return sorted(os.path.relpath(os.path.join(d, f), root)
-                  for d, _, files in os.walk(root) for f in files)
+                  for d, _, files in os.walk(root) for f in files
+                  if os.path.join(d, f) != os.path.join(root, ".accy-ledger"))
 
 
 def temp_files(root: str) -> list[str]:
@@ -39,13 +54,16 @@ def test_put_get_round_trip_and_layout(tmp_path):
     assert store.get("abcdef01") == b"hello"
     assert store.kind("abcdef01") == "product"
     assert all_files(str(tmp_path)) == [os.path.join("ab", "abcdef01")]
+    assert (tmp_path / ".accy-ledger").is_file()
     assert store.contains("abcdef01") and "abcdef01" in store
     assert not store.contains("abcdef02")
     assert store.keys() == ["abcdef01"]
     assert store.size_bytes() == os.path.getsize(tmp_path / "ab" / "abcdef01")
     assert store.delete("abcdef01") and not store.delete("abcdef01")
     assert store.get("abcdef01") is None
-    assert store.stats() == {"hits": 1, "misses": 1, "corrupt": 0, "evictions": 0, "puts": 1}
+    assert store.stats() == {"hits": 1, "misses": 1, "corrupt": 0, "mismatched": 0,
+                             "unauthenticated": 0, "evictions": 0, "puts": 1,
+                             "put_errors": 0, "read_errors": 0}
 
 
 def test_empty_payload_and_overwrite(tmp_path):
@@ -86,11 +104,11 @@ def test_concurrent_puts_of_one_key_leave_one_intact_entry(tmp_path):
     assert all_files(str(tmp_path)) == [os.path.join("fe", "feedbeef")]
     assert store.get("feedbeef") == payload
     assert store.stats()["corrupt"] == 0
-    assert store.size_bytes() == len(encode_entry(payload, "product"))
+    assert store.size_bytes() == len(encode_entry(payload, "product", "feedbeef"))
 
 
 def test_concurrent_puts_of_many_keys_respect_the_bound(tmp_path):
-    entry = len(encode_entry(b"x" * 1000, "product"))
+    entry = len(encode_entry(b"x" * 1000, "product", key(0)))
     store = ArtifactStore(str(tmp_path), max_bytes=entry * 10)
 
     def writer(t: int) -> None:
@@ -129,14 +147,18 @@ def test_corrupt_entry_is_a_miss_and_removed(tmp_path, damage):
 
 
 def test_entry_format_round_trips():
-    blob = encode_entry(b"abc", "fragment")
-    assert decode_entry(blob) == ("fragment", b"abc")
+    blob = encode_entry(b"abc", "fragment", "00ff")
+    assert decode_entry(blob) == Entry("00ff", "fragment", b"abc")
     assert decode_entry(blob[:-1]) is None
     assert decode_entry(b"ACCYART1") is None
+    signed = encode_entry(b"abc", "fragment", "00ff", secret=b"k")
+    assert decode_entry(signed) == decode_entry(signed, secret=b"k") == decode_entry(blob)
+    assert decode_entry(signed, secret=b"other") is None
+    assert decode_entry(blob, secret=b"k") is None
 
 
 def test_lru_eviction_order_under_a_byte_bound(tmp_path):
-    entry = len(encode_entry(b"x" * 100, "product"))
+    entry = len(encode_entry(b"x" * 100, "product", key(0)))
     store = ArtifactStore(str(tmp_path), max_bytes=3 * entry)
     for i in (1, 2, 3):
         store.put(key(i), b"x" * 100)
@@ -151,14 +173,15 @@ def test_lru_eviction_order_under_a_byte_bound(tmp_path):
 
 
 def test_an_entry_larger_than_the_bound_is_not_stored(tmp_path):
-    store = ArtifactStore(str(tmp_path), max_bytes=100)
-    store.put(key(1), b"x" * 10)
+    store = ArtifactStore(str(tmp_path),
+                          max_bytes=len(encode_entry(b"x" * 10, "product", key(1))) + 100)
+    assert store.put(key(1), b"x" * 10)
     assert store.put(key(2), b"x" * 500) is False
     assert store.keys() == [key(1)]
 
 
 def test_a_new_store_on_the_same_folder_sees_old_entries_and_their_lru_order(tmp_path):
-    entry = len(encode_entry(b"y" * 50, "product"))
+    entry = len(encode_entry(b"y" * 50, "product", key(0)))
     first = ArtifactStore(str(tmp_path), max_bytes=3 * entry)
     for i in (1, 2, 3):
         first.put(key(i), b"y" * 50)
@@ -172,7 +195,7 @@ def test_a_new_store_on_the_same_folder_sees_old_entries_and_their_lru_order(tmp
 
 
 def test_two_stores_sharing_a_folder_count_each_others_entries(tmp_path):
-    entry = len(encode_entry(b"z" * 50, "product"))
+    entry = len(encode_entry(b"z" * 50, "product", key(0)))
     a = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
     b = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
     for i in range(3):
@@ -199,7 +222,7 @@ def test_stale_temporary_files_are_swept_and_fresh_ones_kept(tmp_path):
 
 def test_an_fsspec_url_works_through_the_generic_path():
     url = f"memory://accy-test-{uuid.uuid4().hex}"
-    entry = len(encode_entry(b"m" * 10, "product"))
+    entry = len(encode_entry(b"m" * 10, "product", key(0)))
     store = ArtifactStore(url, max_bytes=2 * entry)
     assert not store._local
     store.put(key(1), b"m" * 10)
@@ -237,3 +260,296 @@ def test_default_store_url_env_then_dask_config_then_home(monkeypatch):
 def test_nonpositive_bound_is_refused(tmp_path):
     with pytest.raises(StoreError):
         ArtifactStore(str(tmp_path), max_bytes=0)
+
+
+# -- several writer processes, killed writers, amortised eviction
+
+HEAD_SIZE = 54  # format 2: magic, flags, pad, key len, kind len, payload len, digest
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(accy.__file__)))
+
+WRITER = """
+import sys
+from accy.store import ArtifactStore
+root, first, count, bound = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+store = ArtifactStore(root, max_bytes=bound)
+for i in range(first, first + count):
+    assert store.put(f"{i:032x}", bytes([i % 251]) * 1000, kind="stage:kernel")
+    store.get(f"{i:032x}", kind="stage:kernel")
+"""
+
+STUCK_WRITER = """
+import sys, time
+import accy.store
+def half_then_hang(fd, blob):
+    accy.store.os.pwrite(fd, blob[: len(blob) // 2], 0)
+    print("writing", flush=True)
+    time.sleep(600)
+accy.store._write_all = half_then_hang
+accy.store.ArtifactStore(sys.argv[1], max_bytes=int(sys.argv[2])).put(sys.argv[3], b"w" * 1000)
+"""
+
+
+def python(code: str, *args: object, **kw: object) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], env=env, **kw)
+
+
+def disk_bytes(root: str) -> int:
+    total = 0
+    for f in all_files(root):
+        with contextlib.suppress(FileNotFoundError):
+            total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def test_writer_processes_keep_the_store_within_its_bound(tmp_path):
+    root = str(tmp_path)
+    entry = len(encode_entry(b"x" * 1000, "stage:kernel", key(0)))
+    bound = 20 * entry
+    ArtifactStore(root, max_bytes=bound).put(key(9999), b"seed")  # the ledger exists
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], disk_bytes(root))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    writers = [python(WRITER, root, w * 1000, 150, bound) for w in range(4)]
+    try:
+        assert [p.wait(timeout=60) for p in writers] == [0, 0, 0, 0]
+    finally:
+        done.set()
+        sampler.join()
+    store = ArtifactStore(root, max_bytes=bound)
+    assert temp_files(root) == []
+    assert disk_bytes(root) == store.size_bytes() <= bound
+    assert len(store.keys()) == 20
+    assert peak[0] <= 1.1 * bound, peak[0] / bound
+
+
+def test_a_live_writers_temporary_counts_and_a_killed_writers_is_swept(tmp_path):
+    root = str(tmp_path)
+    entry = len(encode_entry(b"w" * 1000, "product", key(0)))
+    store = ArtifactStore(root, max_bytes=3 * entry)
+    store.put(key(1), b"w" * 1000)
+    store.put(key(2), b"w" * 1000)
+    stuck = python(STUCK_WRITER, root, 3 * entry, key(3), stdout=subprocess.PIPE, text=True)
+    try:
+        assert stuck.stdout.readline() == "writing\n"
+        assert len(temp_files(root)) == 1
+        # reserved at its full size: the store is at its bound while the write is in flight
+        assert store.size_bytes() == 3 * entry
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert len(temp_files(root)) == 1  # nothing removed it yet
+    assert store.put(key(4), b"w" * 1000)  # the dead writer's bytes are swept, not evicted for
+    assert temp_files(root) == []
+    assert store.keys() == [key(1), key(2), key(4)]
+    assert store.stats()["evictions"] == 0
+    assert store.size_bytes() == 3 * entry
+
+
+def test_puts_at_the_bound_do_not_rescan_the_store(tmp_path, monkeypatch):
+    entry = len(encode_entry(b"s" * 100, "product", key(0)))
+    store = ArtifactStore(str(tmp_path), max_bytes=200 * entry)
+    scans = []
+    real_scan = store._scan
+    monkeypatch.setattr(store, "_scan", lambda: scans.append(1) or real_scan())
+    for i in range(1000):
+        assert store.put(key(i), b"s" * 100)
+        if i % 3 == 0:
+            store.get(key(i - 100 if i >= 100 else i))
+    assert store.stats()["evictions"] == 800
+    assert len(scans) <= 12, len(scans)  # about one per turnover of the bound, not one per put
+    assert len(store.keys()) == 200
+
+
+# -- content bound to key and kind
+
+
+def test_an_entry_copied_over_another_keys_path_is_a_miss(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    store.put("aaaa", b"payload of aaaa", kind="stage:kernel")
+    store.put("bbbb", b"payload of bbbb", kind="stage:kernel")
+    shutil.copyfile(tmp_path / "aa" / "aaaa", tmp_path / "bb" / "bbbb")
+    assert store.get("bbbb") is None
+    assert store.get("bbbb", kind="stage:kernel") is None
+    assert store.kind("bbbb") is None
+    assert store.get("aaaa", kind="stage:kernel") == b"payload of aaaa"
+    stats = store.stats()
+    assert (stats["mismatched"], stats["misses"], stats["hits"], stats["corrupt"]) == (2, 2, 1, 0)
+
+
+def test_a_read_of_another_kind_is_a_miss(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    store.put("cccc", b"cubin", kind="compile")
+    assert store.get("cccc", kind="stage:target") is None
+    assert store.stats()["mismatched"] == 1
+    assert store.get("cccc", kind="compile") == b"cubin"
+    assert store.get("cccc") == b"cubin"  # no kind asked: any kind
+    assert store.kind("cccc") == "compile"
+
+
+def test_a_format_1_entry_is_a_miss(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    old = hashlib.blake2b(b"old", digest_size=32).digest()
+    path = tmp_path / "dd" / "dddd"
+    path.parent.mkdir()
+    path.write_bytes(struct.pack(">8sQ32sH", b"ACCYART1", 3, old, 7) + b"productold")
+    assert store.get("dddd") is None
+    assert store.stats()["misses"] == 1 and not path.exists()
+
+
+# -- authenticated entries
+
+
+def test_with_a_key_only_entries_authenticated_under_it_are_hits(tmp_path):
+    root = str(tmp_path)
+    signed = ArtifactStore(root, auth_key=b"deployment secret")
+    assert signed.authenticated
+    signed.put("a1a1", b"trusted", kind="compile")
+    assert signed.get("a1a1", kind="compile") == b"trusted"
+    ArtifactStore(root, auth_key=b"").put("b2b2", b"forged", kind="compile")  # no HMAC
+    ArtifactStore(root, auth_key=b"another secret").put("c3c3", b"forged", kind="compile")
+    for k in ("b2b2", "c3c3"):
+        assert signed.get(k, kind="compile") is None
+    # a forger who swaps the payload, rewrites the digest and keeps the genuine HMAC
+    genuine = (tmp_path / "a1" / "a1a1").read_bytes()
+    forged = encode_entry(b"evil!!!", "compile", "a1a1", secret=b"guess")
+    mac = slice(HEAD_SIZE, HEAD_SIZE + 32)
+    (tmp_path / "a1" / "a1a1").write_bytes(forged[:mac.start] + genuine[mac] + forged[mac.stop:])
+    assert signed.get("a1a1", kind="compile") is None
+    stats = signed.stats()
+    assert (stats["unauthenticated"], stats["hits"], stats["misses"]) == (3, 1, 3)
+    assert ArtifactStore(root, auth_key=b"").get("b2b2") == b"forged"  # no key: as before
+
+
+def test_the_key_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCY_STORE_KEY", "from-env")
+    store = ArtifactStore(str(tmp_path))
+    assert store.authenticated
+    store.put("e5e5", b"x", kind="compile")
+    assert ArtifactStore(str(tmp_path), auth_key="from-env").get("e5e5") == b"x"
+    assert ArtifactStore(str(tmp_path), auth_key="other").get("e5e5") is None
+    monkeypatch.delenv("ACCY_STORE_KEY")
+    assert not ArtifactStore(str(tmp_path)).authenticated
+
+
+# -- only a cache tier: failures to write or read are misses, never raised
+
+
+def test_a_directory_on_an_entrys_path_fails_the_put_not_the_caller(tmp_path, caplog):
+    entry = len(encode_entry(b"d" * 100, "product", key(0)))
+    store = ArtifactStore(str(tmp_path), max_bytes=2 * entry)
+    os.makedirs(tmp_path / "00" / key(1))
+    with caplog.at_level(logging.DEBUG, logger="accy.store"):
+        assert store.put(key(1), b"d" * 100) is False
+        assert store.put(key(1), b"d" * 100) is False
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG]
+    assert store.get(key(1)) is None
+    stats = store.stats()
+    assert (stats["put_errors"], stats["read_errors"], stats["puts"]) == (2, 1, 0)
+    assert temp_files(str(tmp_path)) == []
+    # the failed puts released their reservations: two entries fit without eviction
+    assert store.put(key(2), b"d" * 100) and store.put(key(3), b"d" * 100)
+    assert store.stats()["evictions"] == 0
+
+
+def test_a_full_disk_fails_the_put_and_releases_its_space(tmp_path, monkeypatch):
+    entry = len(encode_entry(b"f" * 100, "product", key(0)))
+    store = ArtifactStore(str(tmp_path), max_bytes=2 * entry)
+    assert store.put(key(1), b"f" * 100)
+
+    def full(fd: int, blob: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(accy.store, "_write_all", full)
+        assert store.put(key(2), b"f" * 100) is False
+    assert temp_files(str(tmp_path)) == []
+    assert store.put(key(3), b"f" * 100)
+    assert store.stats()["evictions"] == 0  # the failed put's reservation was given back
+    assert store.keys() == [key(1), key(3)]
+    assert store.stats()["put_errors"] == 1
+
+
+def test_a_read_only_store_fails_puts_and_still_serves_gets(tmp_path, monkeypatch):
+    store = ArtifactStore(str(tmp_path))
+    assert store.put(key(1), b"r")
+
+    class ReadOnlyOs:  # os as seen on a read-only filesystem (chmod does not stop root)
+        def __getattr__(self, name: str) -> object:
+            return getattr(os, name)
+
+        def open(self, path: str, flags: int, *args: object) -> int:
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                raise OSError(errno.EROFS, "Read-only file system", path)
+            return os.open(path, flags, *args)
+
+        def utime(self, *args: object, **kw: object) -> None:
+            raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(accy.store, "os", ReadOnlyOs())
+    ro = ArtifactStore(str(tmp_path))
+    assert ro.put(key(2), b"r") is False
+    assert ro.get(key(1)) == b"r"
+    assert ro.stats()["put_errors"] == 1 and ro.stats()["hits"] == 1
+
+
+def test_an_unusable_ledger_fails_puts_not_gets(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    store.put(key(1), b"l")
+    os.unlink(tmp_path / ".accy-ledger")
+    os.mkdir(tmp_path / ".accy-ledger")  # squatted: cannot be opened for writing
+    fresh = ArtifactStore(str(tmp_path))
+    assert fresh.put(key(2), b"l") is False
+    assert fresh.get(key(1)) == b"l"
+    assert fresh.stats()["put_errors"] == 1
+    with pytest.raises(StoreError, match="cannot list"):
+        fresh.keys()
+
+
+def test_an_unreadable_entry_is_a_counted_miss_and_kept(tmp_path, monkeypatch):
+    store = ArtifactStore(str(tmp_path))
+    store.put(key(1), b"p")
+
+    def denied(path: str, *args: object, **kw: object) -> bytes:
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(store.fs, "cat_file", denied)
+    assert store.get(key(1)) is None
+    assert store.stats()["read_errors"] == 1 and store.stats()["misses"] == 1
+    monkeypatch.undo()
+    assert store.get(key(1)) == b"p"
+
+
+def test_an_empty_key_turns_authentication_off_even_with_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCY_STORE_KEY", "from-env")
+    assert not ArtifactStore(str(tmp_path), auth_key=b"").authenticated
+
+
+def test_a_child_forked_while_a_thread_holds_the_ledger_lock_does_not_hang(tmp_path):
+    entry = len(encode_entry(b"k" * 100, "product", key(0)))
+    store = ArtifactStore(str(tmp_path), max_bytes=4 * entry)
+    store.put(key(1), b"k" * 100)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # a put of another thread, caught inside its locked section
+        with store._ledger.locked():
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
+        signal.alarm(10)  # a deadlocked child dies of SIGALRM
+        ok = all(store.put(key(i), b"k" * 100) for i in range(100, 110))
+        os._exit(0 if ok else 1)
+    release.set()
+    holder.join()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert store.size_bytes() <= 4 * entry and len(store.keys()) == 4
