@@ -36,15 +36,14 @@ from bokeh.layouts import column, row
 from bokeh.models import (
     ColumnDataSource,
     CustomJSTickFormatter,
-    DataTable,
-    Div,
     FactorRange,
     FixedTicker,
     HoverTool,
     Range1d,
-    StringFormatter,
-    TableColumn,
 )
+from bokeh.models.annotations import Title
+from bokeh.models.renderers import DataRenderer
+from bokeh.models.widgets import DataTable, Div, StringFormatter, TableColumn
 from bokeh.plotting import figure
 from bokeh.transform import jitter
 
@@ -162,8 +161,11 @@ class StageDurations:
             "stage", "q1", "median", "q3", "lo", "hi", "n", "color",
             "median_text", "p95_text", "max_text")})
         self.dots = ColumnDataSource({"stage": [], "seconds": [], "color": []})
-        fig = figure(title="Stage durations (log scale; box: quartiles, whiskers: min–max)",
-                     x_range=FactorRange(), y_axis_type="log", height=height,
+        # Typed handles on the models that update() changes.
+        self.x_range = FactorRange()
+        self.ticker = FixedTicker(ticks=seconds_ticks(1e-3, 1.0))
+        self.title = Title(text="Stage durations (log scale; box: quartiles, whiskers: min–max)")
+        fig = figure(title=self.title, x_range=self.x_range, y_axis_type="log", height=height,
                      sizing_mode="stretch_width", tools="", toolbar_location=None)
         fig.segment(x0="stage", y0="lo", x1="stage", y1="hi", source=self.source,
                     line_color="black", line_width=1)
@@ -179,7 +181,7 @@ class StageDurations:
         fig.add_tools(HoverTool(renderers=[boxes], tooltips=[
             ("stage", "@stage"), ("runs", "@n"), ("median", "@median_text"),
             ("p95", "@p95_text"), ("max", "@max_text")]))
-        fig.yaxis.ticker = FixedTicker(ticks=seconds_ticks(1e-3, 1.0))
+        fig.yaxis.ticker = self.ticker
         fig.yaxis.formatter = CustomJSTickFormatter(code=SECONDS_TICKS_JS)
         fig.xgrid.grid_line_color = None
         self.figure = self.root = fig
@@ -204,14 +206,14 @@ class StageDurations:
             dots["stage"] += [stage] * len(samples)
             dots["seconds"] += [max(x, MIN_SECONDS) for x in samples]
             dots["color"] += [stage_color(stage)] * len(samples)
-        if list(self.figure.x_range.factors) != stages:
-            self.figure.x_range.factors = stages
+        if list(self.x_range.factors) != stages:
+            self.x_range.factors = stages
         if data["lo"]:
             ticks = seconds_ticks(min(data["lo"]), max(data["hi"]))
-            if list(self.figure.yaxis[0].ticker.ticks) != ticks:
-                self.figure.yaxis[0].ticker.ticks = ticks
+            if list(self.ticker.ticks) != ticks:
+                self.ticker.ticks = ticks
         source = snapshot.get("duration_source", "tasks")
-        self.figure.title.text = (
+        self.title.text = (
             f"Stage durations from {'cluster tasks' if source == 'tasks' else 'receipts'} "
             "(log scale; box: quartiles, whiskers: min–max)")
         self.source.data = data
@@ -226,20 +228,26 @@ class StageRates:
     def __init__(self, height: int = 300) -> None:
         self.source = ColumnDataSource({k: [] for k in (
             "stage", *self.FIELDS, "ran", "reused", "skipped", "tasks", "receipts")})
+        self.x_range = FactorRange()
+        # Room above the bars for the legend.
+        y_range = Range1d(start=0, end=1.22)
         fig = figure(title="Reuse and miss rate per stage (fraction of receipts)",
-                     x_range=FactorRange(), y_range=Range1d(0, 1.0), height=height,
+                     x_range=self.x_range, y_range=y_range, height=height,
                      sizing_mode="stretch_width", tools="", toolbar_location=None)
         bars = fig.vbar_stack(
             list(self.FIELDS), x="stage", width=0.7, source=self.source,
             color=[RATE_COLORS["reused"], RATE_COLORS["ran"], RATE_COLORS["skipped"]],
             legend_label=["reused", "ran (miss)", "skipped"])
-        fig.add_tools(HoverTool(renderers=bars, tooltips=[
+        stacked: list[DataRenderer] = [*bars]
+        fig.add_tools(HoverTool(renderers=stacked, tooltips=[
             ("stage", "@stage"), ("receipts", "@receipts"), ("reused", "@reused"),
             ("ran", "@ran"), ("skipped", "@skipped"), ("cluster tasks", "@tasks")]))
-        fig.legend.location = "top_right"
-        fig.legend.orientation = "horizontal"
-        fig.legend.padding = 2
-        fig.y_range.end = 1.22  # room for the legend above the bars
+        legend = fig.legend[0]
+        legend.location = "top_right"
+        legend.orientation = "horizontal"
+        # Bokeh 3.9's stub types Legend.padding as the Property descriptor
+        # (``Padding = Property[PaddingType]``), not its value: a stub bug.
+        legend.padding = 2  # type: ignore[assignment]
         fig.yaxis.ticker = FixedTicker(ticks=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
         fig.xgrid.grid_line_color = None
         self.figure = self.root = fig
@@ -253,8 +261,8 @@ class StageRates:
             data["stage"].append(stage)
             for field in (*self.FIELDS, "ran", "reused", "skipped", "tasks", "receipts"):
                 data[field].append(c.get(field, 0))
-        if list(self.figure.x_range.factors) != stages:
-            self.figure.x_range.factors = stages
+        if list(self.x_range.factors) != stages:
+            self.x_range.factors = stages
         self.source.data = data
 
 
@@ -267,7 +275,9 @@ class StageTimeline:
             "worker", "left", "right", "stage", "key", "color", "line", "duration_text",
             "status")})
         self.transfers = ColumnDataSource({"worker": [], "left": [], "right": []})
-        fig = figure(title="Stage runs per worker", y_range=FactorRange(),
+        self.y_range = FactorRange()
+        self.title = Title(text="Stage runs per worker")
+        fig = figure(title=self.title, y_range=self.y_range,
                      height=height, sizing_mode="stretch_width",
                      tools="xpan,xwheel_zoom,reset", toolbar_location="above")
         fig.hbar(y="worker", left="left", right="right", height=0.15, source=self.transfers,
@@ -306,9 +316,9 @@ class StageTimeline:
                 transfers["left"].append(begin - t0)
                 transfers["right"].append(end - t0)
         workers.sort()
-        if list(self.figure.y_range.factors) != workers:
-            self.figure.y_range.factors = workers
-        self.figure.title.text = (
+        if list(self.y_range.factors) != workers:
+            self.y_range.factors = workers
+        self.title.text = (
             f"Stage runs per worker (last {len(timeline)} tasks)" if timeline else
             "Stage runs per worker (no cluster tasks recorded)")
         self.figure.xaxis.axis_label = (f"seconds since {_clock(t0)}" if timeline else "seconds")

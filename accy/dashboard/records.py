@@ -1,7 +1,7 @@
 """What the cluster did: bounded records of stage runs, variants and failures.
 
-The scheduler plugin (:class:`accy.distributed.plugin.AccyCachePlugin`) owns
-one :class:`StageRecords` and feeds it from two places:
+The dashboard's scheduler plugin (:class:`accy.dashboard.plugin.StageDashboardPlugin`)
+owns one :class:`StageRecords` and feeds it from two places:
 
 - its ``transition`` hook: every task keyed ``("accy_<stage>", "<hex>")`` that
   goes ``processing → memory`` (or ``→ erred``) becomes a *stage-run record*:
@@ -14,8 +14,9 @@ one :class:`StageRecords` and feeds it from two places:
 
 Everything is bounded: the last ``N`` stage runs and variants (Dask config
 ``accy.stage-records``, default 10000) and the last 50 failures. The counters
-(per-stage totals, the cumulative duration histograms, publishes) are
-cumulative, so Prometheus sees them only grow.
+(per-stage totals, the cumulative duration histograms) are cumulative, so
+Prometheus sees them only grow. Publishes and pinned keys are the cache
+plugin's own counts; a snapshot takes them as arguments.
 
 :meth:`StageRecords.snapshot` turns all of it into one JSON-able dict, the
 figures that the ``/accy/stages`` page, ``/accy/api/stages``, the Prometheus
@@ -137,8 +138,6 @@ class StageRecords:
         self.histograms: dict[str, list[int]] = {}
         self.duration_sums: dict[str, float] = {}
         self.variant_totals: dict[str, int] = {}
-        self.publishes = 0
-        self.publish_conflicts = 0
         self.generation = 0
         """Bumped on every change: a reader can skip work when it has not moved."""
 
@@ -162,16 +161,17 @@ class StageRecords:
         compute: list[tuple[float, float]] = []
         transfers: list[list[float]] = []
         for span in kwargs.get("startstops") or ():
-            begin, end = float(span["start"]), float(span["stop"])
+            span_start, span_stop = float(span["start"]), float(span["stop"])
             if span.get("action") == "compute":
-                compute.append((begin, end))
+                compute.append((span_start, span_stop))
             elif span.get("action") == "transfer":
-                transfers.append([begin, end])
+                transfers.append([span_start, span_stop])
+        begin: float | None = None
+        end: float | None = None
+        duration: float | None = None
         if compute:
             begin, end = min(b for b, _ in compute), max(e for _, e in compute)
             duration = sum(e - b for b, e in compute)
-        else:
-            begin = end = duration = None
         worker = kwargs.get("worker")
         run = {
             "stage": stage, "key": hexkey,
@@ -233,7 +233,7 @@ class StageRecords:
         if elapsed is None:
             elapsed = sum(r["elapsed_ns"] or 0 for r in stages if not r["reused"])
         failure = variant.get("failure")
-        record = {
+        record: dict[str, Any] = {
             "id": vid, "program": str(variant.get("program") or vid.split("[", 1)[0]),
             "status": status, "elapsed_ns": int(elapsed), "stages": stages,
             "time": time.time(),
@@ -260,21 +260,14 @@ class StageRecords:
                                                                "reproducer": None})})
         self.variants.append(record)
 
-    def record_publish(self, ok: bool) -> None:
-        """Count one ``accy_publish``: a win, or a compare-and-swap conflict."""
-        if ok:
-            self.publishes += 1
-        else:
-            self.publish_conflicts += 1
-        self.generation += 1
-
     # -- figures
     def snapshot_histograms(self) -> dict[str, dict[str, Any]]:
         """Per stage, the cumulative duration histogram of finished tasks:
         ``{"buckets": [[upper bound, count ≤ bound], …, ["+Inf", count]], "sum", "count"}``."""
         histograms = {}
         for stage in stage_order(self.histograms):
-            cumulative, running = [], 0
+            cumulative: list[list[Any]] = []
+            running = 0
             for bound, n in zip((*DURATION_BUCKETS, "+Inf"), self.histograms[stage]):
                 running += n
                 cumulative.append([bound, running])
@@ -282,7 +275,8 @@ class StageRecords:
                                  "count": running}
         return histograms
 
-    def snapshot(self, *, pinned_keys: int | None = None,
+    def snapshot(self, *, publishes: int = 0, publish_conflicts: int = 0,
+                 pinned_keys: int | None = None,
                  timeline_limit: int = TIMELINE_LIMIT) -> dict[str, Any]:
         """Every figure of the page, the API and the report as one JSON-able dict.
 
@@ -295,7 +289,8 @@ class StageRecords:
         ``duration_source``), ``histograms`` (cumulative, Prometheus-style),
         ``timeline`` (the last ``timeline_limit`` task runs), ``slowest``,
         ``failures``, ``variants`` (totals by status), ``publishes``,
-        ``publish_conflicts``, ``pinned_keys``, ``retained`` and ``time``.
+        ``publish_conflicts``, ``pinned_keys`` (the cache plugin's counts, passed
+        in), ``retained`` and ``time``.
         """
         source = "tasks" if self.runs else "receipts"
         samples: dict[str, list[float]] = {}
@@ -309,9 +304,9 @@ class StageRecords:
                     if not r["reused"] and not r["skipped"] and r["elapsed_ns"] is not None:
                         samples.setdefault(r["stage"], []).append(r["elapsed_ns"] / 1e9)
         stages = stage_order(set(self.totals) | set(samples))
-        counts = {}
+        counts: dict[str, dict[str, Any]] = {}
         for stage in stages:
-            t = dict(self._totals(stage))
+            t: dict[str, Any] = dict(self._totals(stage))
             receipts = t["ran"] + t["reused"] + t["skipped"]
             t["receipts"] = receipts
             for name, field in (("reuse_rate", "reused"), ("miss_rate", "ran"),
@@ -333,8 +328,8 @@ class StageRecords:
             "slowest": [_variant_row(v) for v in slowest],
             "failures": list(reversed(self.failures)),
             "variants": dict(self.variant_totals),
-            "publishes": self.publishes,
-            "publish_conflicts": self.publish_conflicts,
+            "publishes": publishes,
+            "publish_conflicts": publish_conflicts,
             "pinned_keys": pinned_keys,
             "retained": {"stage_runs": len(self.runs), "variants": len(self.variants),
                          "limit": self.maxlen},

@@ -76,7 +76,8 @@ def __getattr__(name: str) -> Any:
 
 
 def dask_setup(dask_server: Any) -> None:
-    """Dask preload hook: the cache plugin on a scheduler, the serializers on a worker.
+    """Dask preload hook: the cache and dashboard plugins on a scheduler, the
+    serializers on a worker.
 
     Idempotent: preloading twice (or into a scheduler that already has the
     plugin) changes nothing.
@@ -85,12 +86,14 @@ def dask_setup(dask_server: Any) -> None:
 
     serialize.register()
     if isinstance(dask_server, Scheduler):
+        from accy.dashboard.plugin import StageDashboardPlugin
         from accy.distributed.plugin import PLUGIN_NAME, AccyCachePlugin
 
         # Preloads run before the scheduler starts its plugins, so start() runs
         # once, from Scheduler.start, and installs the handlers.
         if PLUGIN_NAME not in dask_server.plugins:
             dask_server.add_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
+        dask_server.add_plugin(StageDashboardPlugin(), idempotent=True)
 
 
 def local_cluster_kwargs() -> dict[str, Any]:
@@ -109,17 +112,19 @@ def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:
 
     A cluster started with ``--preload accy.distributed`` (or
     :func:`local_cluster_kwargs`) already does, and this only checks. Otherwise
-    it registers :class:`AccyCachePlugin` from the client and waits until the
-    scheduler answers ``accy_state``, and registers a worker plugin that loads
-    the serializers on every worker, present and future. Returns the state's
-    ``{"version"}``.
+    it registers :class:`AccyCachePlugin` (and the dashboard's plugin) from the
+    client and waits until the scheduler answers ``accy_state``, and registers a
+    worker plugin that loads the serializers on every worker, present and
+    future. Returns the state's ``{"version"}``.
     """
+    from accy.dashboard.plugin import StageDashboardPlugin
     from accy.distributed.plugin import METADATA_KEY, PLUGIN_NAME, AccyCachePlugin
 
     # The plugin announces itself in the scheduler's metadata when it starts
     # (asking an absent handler gets None back and a warning in the log).
     if client.get_metadata([METADATA_KEY], default=None) is None:
         client.register_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
+        client.register_plugin(StageDashboardPlugin())
         client.register_plugin(SerializersPlugin())
         deadline = time.monotonic() + timeout
         while client.get_metadata([METADATA_KEY], default=None) is None:

@@ -380,6 +380,7 @@ def _local_cluster(workers: int, dashboard_port: int) -> Any:
     import dask.config
     from distributed import LocalCluster
 
+    from accy.dashboard.api import routes_config
     from accy.distributed import local_cluster_kwargs
     from accy.executable.device import gpu_available
 
@@ -389,7 +390,8 @@ def _local_cluster(workers: int, dashboard_port: int) -> Any:
                                   **local_cluster_kwargs())
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
-    with dask.config.set(LOCAL_CONFIG):
+    # routes_config: Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts.
+    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()):
         return LocalCluster(**kwargs)
 
 

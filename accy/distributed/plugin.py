@@ -31,15 +31,11 @@ Handlers (call them with ``client.scheduler.accy_state()`` etc., or through
     Mark pinned keys recently used.
 ``accy_unpin(keys=None)``
     Release pinned keys (all when None), e.g. before a local cluster closes.
-``accy_record_batch(variants)``
-    Record finished variants (id, status, receipts, failure) for the dashboard.
-``accy_stages()``
-    The dashboard's figures: :meth:`accy.dashboard.records.StageRecords.snapshot`.
 
-The plugin also records every finished ``accy_<stage>`` task from its
-``transition`` hook (:attr:`AccyCachePlugin.records`), and on start serves
-them on the dashboard's port: the ``/accy/stages`` page, ``/accy/api/stages``
-and ``accy_*`` Prometheus metrics under ``/metrics`` (:mod:`accy.dashboard`).
+The stage-timing dashboard is a plugin of its own
+(:class:`accy.dashboard.plugin.StageDashboardPlugin`, installed next to this
+one); it reads :attr:`AccyCachePlugin.stats` and :attr:`AccyCachePlugin.pinned_keys`,
+and this module imports nothing of it.
 
 Example
 -------
@@ -58,8 +54,6 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from accy.dashboard.records import StageRecords
-
 if TYPE_CHECKING:
     from distributed import Scheduler
 
@@ -67,8 +61,7 @@ logger = logging.getLogger("accy.distributed")
 
 PLUGIN_NAME = "accy-cache"
 PINNING_CLIENT = "accy-cache"
-HANDLERS = ("accy_resolve", "accy_state", "accy_publish", "accy_touch", "accy_unpin", "accy_record_batch",
-            "accy_stages")
+HANDLERS = ("accy_resolve", "accy_state", "accy_publish", "accy_touch", "accy_unpin")
 METADATA_KEY = "accy-cache"
 """Scheduler metadata key the plugin sets once its handlers are installed."""
 DEFAULT_MAX_PINNED = 1000
@@ -121,15 +114,12 @@ class AccyCachePlugin(SchedulerPlugin):
     max_pinned
         How many task keys stay pinned in worker memory; None: Dask config
         ``accy.max-pinned`` (default 1000).
-    max_records
-        How many stage runs and variants :attr:`records` keeps; None: Dask
-        config ``accy.stage-records`` (default 10000).
     """
 
     name = PLUGIN_NAME
     idempotent = True
 
-    def __init__(self, max_pinned: int | None = None, max_records: int | None = None) -> None:
+    def __init__(self, max_pinned: int | None = None) -> None:
         self.max_pinned = max_pinned if max_pinned is not None else _max_pinned_from_config()
         if self.max_pinned < 0:
             raise ValueError(f"max_pinned must be >= 0, got {self.max_pinned}")
@@ -142,8 +132,6 @@ class AccyCachePlugin(SchedulerPlugin):
         # Task key -> stage keys of the entries that name it.
         self._entries_of: dict[Any, set[str]] = {}
         self.stats = {"publishes": 0, "conflicts": 0, "unpinned": 0}
-        self.records = StageRecords(max_records)
-        """Stage runs, variants and failures, for the dashboard and the metrics."""
 
     # -- lifecycle
     async def start(self, scheduler: Scheduler) -> None:
@@ -152,14 +140,10 @@ class AccyCachePlugin(SchedulerPlugin):
         scheduler.handlers["accy_publish"] = self.publish
         scheduler.handlers["accy_touch"] = self.touch
         scheduler.handlers["accy_unpin"] = self.unpin
-        scheduler.handlers["accy_record_batch"] = self.record_batch
-        scheduler.handlers["accy_stages"] = self.stages
         scheduler.handlers["accy_resolve"] = self.resolve
-        _install_dashboard(self, scheduler)
         scheduler.set_metadata(keys=[METADATA_KEY], value={"handlers": list(HANDLERS)})
 
     async def close(self) -> None:
-        _forget_dashboard(self)
         if self.scheduler is not None:
             for name in HANDLERS:
                 self.scheduler.handlers.pop(name, None)
@@ -184,8 +168,6 @@ class AccyCachePlugin(SchedulerPlugin):
             # The scheduler dropped it (restart, or a client cancelled it by force).
             del self._pinned[key]
             self._mark(key, pinned=False)
-        # Finished accy_<stage> tasks become stage-run records (never raises).
-        self.records.transition(key, start, finish, *args, **kwargs)
 
     # -- handlers (synchronous on purpose: each runs without interleaving)
     def state(self, comm: Any = None, full: bool = True) -> dict[str, Any]:
@@ -205,11 +187,9 @@ class AccyCachePlugin(SchedulerPlugin):
         """Compare-and-swap: apply the update only if the state is still ``expected_version``."""
         if expected_version != self.version:
             self.stats["conflicts"] += 1
-            self.records.record_publish(ok=False)
             return {"ok": False, "version": self.version}
         self.version += 1
         self.stats["publishes"] += 1
-        self.records.record_publish(ok=True)
         for stage_key, record in (entries or {}).items():
             record = jsonable(dict(record))
             record["version"] = self.version
@@ -240,17 +220,6 @@ class AccyCachePlugin(SchedulerPlugin):
             [k for k in map(to_dask_key, keys) if k in self._pinned]
         self._release(victims)
         return {"unpinned": len(victims)}
-
-    def record_batch(self, comm: Any = None,
-                     variants: list[dict[str, Any]] | None = None) -> dict[str, int]:
-        """Record finished variants for the dashboard: one dict per variant with
-        ``id``, ``program``, ``status``, ``stages`` (receipts), ``elapsed_ns`` and,
-        when it failed, ``failure``. Returns ``{"recorded", "ignored"}``."""
-        return self.records.record_batch(jsonable(list(variants or ())))
-
-    def stages(self, comm: Any = None) -> dict[str, Any]:
-        """The dashboard's figures (``/accy/api/stages`` serves the same dict)."""
-        return self.records.snapshot(pinned_keys=len(self._pinned))
 
     # -- pinning
     @property
@@ -297,25 +266,6 @@ class AccyCachePlugin(SchedulerPlugin):
             record = self.entries.get(stage_key)
             if record is not None:
                 record["pinned"] = pinned
-
-
-def _install_dashboard(plugin: AccyCachePlugin, scheduler: Scheduler) -> None:
-    """Serve the records on the dashboard's port; a failure only logs a warning."""
-    try:
-        from accy.dashboard.api import install
-
-        install(plugin, scheduler)
-    except Exception:
-        logger.warning("accy: could not add the dashboard pages and metrics", exc_info=True)
-
-
-def _forget_dashboard(plugin: AccyCachePlugin) -> None:
-    try:
-        from accy.dashboard.api import forget
-
-        forget(plugin)
-    except Exception:
-        logger.warning("accy: could not detach the dashboard", exc_info=True)
 
 
 def get_plugin(scheduler: Scheduler) -> AccyCachePlugin | None:

@@ -10,14 +10,18 @@ import random
 import time
 import urllib.request
 
+import dask.config
 import prometheus_client
 import pytest
 from distributed import Client, LocalCluster, wait
+from distributed.http.utils import get_handlers
 from distributed.utils_test import gen_cluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-import accy.dashboard.api as api
+import accy.dashboard.metrics as metrics
 import accy.distributed as ad
+from accy.dashboard.api import routes_config
+from accy.dashboard.plugin import StageDashboardPlugin, get_dashboard
 from accy.dashboard.records import STAGES
 from accy.distributed.plugin import AccyCachePlugin, get_plugin
 
@@ -119,8 +123,10 @@ def get(url: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def cluster():
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2,
-                      dashboard_address="127.0.0.1:0", **ad.local_cluster_kwargs()) as cluster, \
+    # Dask reads its HTTP routes (here /accy/api/stages) as the scheduler starts.
+    with dask.config.set(routes_config()), \
+            LocalCluster(processes=False, n_workers=1, threads_per_worker=2,
+                         dashboard_address="127.0.0.1:0", **ad.local_cluster_kwargs()) as cluster, \
             Client(cluster) as client:
         yield cluster, client
 
@@ -188,7 +194,7 @@ def test_api_metrics_and_page(cluster):
 def test_publishes_are_counted(cluster):
     cluster, client = cluster
     plugin = get_plugin(cluster.scheduler)
-    before = plugin.records.publishes, plugin.records.publish_conflicts
+    before = plugin.stats["publishes"], plugin.stats["conflicts"]
     version = client.sync(client.scheduler.accy_state, full=False)["version"]
     assert ad.publish(client, version, {}, {}, [])["ok"]
     assert not ad.publish(client, version, {}, {}, [])["ok"]
@@ -197,7 +203,7 @@ def test_publishes_are_counted(cluster):
 
 
 def test_the_collector_exposes_the_accy_metrics():
-    plugin = AccyCachePlugin()
+    plugin = StageDashboardPlugin()
     for i, seconds in enumerate((0.002, 0.02, 3.0)):
         plugin.transition(("accy_compile", f"{i:x}"), "processing", "memory", worker="w",
                           startstops=[{"action": "compute", "start": 1.0, "stop": 1.0 + seconds}])
@@ -208,7 +214,7 @@ def test_the_collector_exposes_the_accy_metrics():
          "failure": {"pipeline": "contract", "pass": "verify", "message": "m",
                      "reproducer": "/r"}}])
     registry = prometheus_client.CollectorRegistry()
-    registry.register(api.AccyCollector(plugin))
+    registry.register(metrics.AccyCollector(plugin))
     text = prometheus_client.generate_latest(registry).decode()
     for line in ('accy_stage_runs_total{stage="compile"} 3.0',
                  'accy_stage_reuses_total{stage="compile"} 1.0',
@@ -226,16 +232,17 @@ def test_the_collector_exposes_the_accy_metrics():
 
 
 def test_metrics_register_once_per_process():
-    assert api.register_metrics() and api.register_metrics()
+    assert metrics.register_metrics() and metrics.register_metrics()
     ours = [c for c in prometheus_client.REGISTRY._collector_to_names
-            if isinstance(c, api.AccyCollector)]
+            if isinstance(c, metrics.AccyCollector)]
     assert len(ours) == 1
     # Another registration (e.g. this module imported anew) is refused quietly.
     registry = prometheus_client.CollectorRegistry()
-    assert api.register_metrics(registry) and api.register_metrics(registry)
+    assert metrics.register_metrics(registry) and metrics.register_metrics(registry)
 
 
-@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs=PRELOADED)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], scheduler_kwargs=PRELOADED,
+             config=routes_config())
 async def test_without_a_dashboard_the_api_still_answers(c, s, a):
     base = f"http://127.0.0.1:{s.http_server.port}"
     await c.submit(sum, [1, 2], key=("accy_contract", "ab" * 16))
@@ -248,12 +255,10 @@ async def test_without_a_dashboard_the_api_still_answers(c, s, a):
 
 class FakeHTTP:
     def __init__(self) -> None:
-        # What install() recognises as Dask's dashboard.
-        self.applications = [type("DaskBokehTornado", (), {"prefix": "/dask"})()]
-        self.routes: list = []
+        from distributed.dashboard.core import DaskBokehTornado
 
-    def add_handlers(self, host: str, routes: list) -> None:
-        self.routes += routes
+        # Dask's dashboard under a prefix (what add_page looks for).
+        self.applications: list = [DaskBokehTornado({}, prefix="/dask")]
 
 
 class FakeScheduler:
@@ -277,17 +282,20 @@ def test_a_broken_dashboard_does_not_stop_the_plugin(monkeypatch, caplog):
     monkeypatch.setattr(page, "add_page", broken)
     with caplog.at_level(logging.WARNING):
         asyncio.run(AccyCachePlugin().start(scheduler))
+        asyncio.run(StageDashboardPlugin().start(scheduler))
     assert "could not add the /accy/stages page" in caplog.text
-    assert [route[0] for route in scheduler.http_application.routes] == [
-        "/dask/accy/api/stages"]  # the API still comes, under the dashboard's prefix
+    # The API still comes (from the route config), under the dashboard's prefix.
+    assert [route[0] for route in get_handlers(scheduler, ["accy.dashboard.api"], "/dask")] == [
+        "/dask/accy/api/stages"]
     assert {"accy_record_batch", "accy_stages", "accy_publish"} <= set(scheduler.handlers)
 
     caplog.clear()
-    monkeypatch.setattr(api, "install", broken)
+    monkeypatch.setattr(metrics, "register_metrics", broken)
     other = FakeScheduler()
     with caplog.at_level(logging.WARNING):
         asyncio.run(AccyCachePlugin().start(other))
-    assert "could not add the dashboard pages and metrics" in caplog.text
+        asyncio.run(StageDashboardPlugin().start(other))
+    assert "could not register the Prometheus metrics" in caplog.text
     assert "accy_stages" in other.handlers
 
 
@@ -296,8 +304,8 @@ def test_the_live_page_redraws_only_when_the_records_move():
 
     from accy.dashboard.page import LiveStages
 
-    plugin = AccyCachePlugin()
-    page = LiveStages(SimpleNamespace(plugins={plugin.name: plugin}))
+    plugin = StageDashboardPlugin()
+    page = LiveStages(SimpleNamespace(plugins={plugin.name: plugin}), get_dashboard)
     page.update()
     rates = page.dashboard.rates
     assert rates.source.data["stage"] == []
@@ -309,4 +317,4 @@ def test_the_live_page_redraws_only_when_the_records_move():
     drawn = rates.source.data
     page.update()  # nothing new: the sources stay as they are
     assert rates.source.data is drawn
-    assert LiveStages(SimpleNamespace(plugins={})).update() is None  # no plugin: no error
+    assert LiveStages(SimpleNamespace(plugins={}), get_dashboard).update() is None  # no plugin

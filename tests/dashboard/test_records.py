@@ -8,6 +8,7 @@ import logging
 import dask.config
 import pytest
 
+from accy.dashboard.plugin import StageDashboardPlugin
 from accy.dashboard.records import (
     DURATION_BUCKETS,
     MAX_FAILURES,
@@ -16,7 +17,6 @@ from accy.dashboard.records import (
     snapshot_from_variants,
     stage_of,
 )
-from accy.distributed.plugin import AccyCachePlugin
 
 
 def finish(records, stage: str, hexkey: str, start: float, seconds: float,
@@ -141,7 +141,7 @@ def test_stores_are_bounded():
 def test_the_bound_comes_from_dask_config():
     with dask.config.set({"accy.stage-records": 3}):
         assert StageRecords().maxlen == 3
-        assert AccyCachePlugin().records.maxlen == 3
+        assert StageDashboardPlugin().records.maxlen == 3
     assert StageRecords().maxlen == 10000
     with pytest.raises(ValueError):
         StageRecords(maxlen=0)
@@ -197,7 +197,7 @@ def test_stage_of():
 
 def test_the_plugin_feeds_its_records():
     """The plugin's hook and handlers, called as the scheduler and a TCP client would."""
-    plugin = AccyCachePlugin(max_records=50)
+    plugin = StageDashboardPlugin(max_records=50)
     spans = [{"action": "compute", "start": 5.0, "stop": 5.25}]
     plugin.transition(("accy_kernel", "aa"), "processing", "memory", stimulus_id="s",
                       worker="tcp://w:1", startstops=spans)
