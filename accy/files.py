@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> str:
@@ -36,3 +37,16 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> str:
             os.unlink(tmp)
         raise
     return path
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with every tuple turned into a list, recursively.
+
+    Dask's comms decode msgpack arrays as tuples, so what arrives at a
+    handler (and what a client gets back) has tuples where the sender had lists.
+    """
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value

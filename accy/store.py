@@ -415,9 +415,13 @@ class ArtifactStore:
                 f"authenticated={self.authenticated})")
 
     def __del__(self) -> None:
-        ledger = getattr(self, "_ledger", None)
-        if isinstance(ledger, _FileLedger):
-            ledger.close()
+        # at interpreter shutdown module globals may already be gone: close by duck type
+        close = getattr(getattr(self, "_ledger", None), "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # a finaliser never raises
+                pass
 
     # -- paths
     def _path(self, key: str) -> str:

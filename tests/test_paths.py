@@ -16,9 +16,9 @@ from accy.errors import AccyError
 from accy.executable import device, fragment
 from accy.executable.compile import compile_fragment
 from accy.executable.fragment import load_fragment
+from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
-from accy.pipeline import prepare_through
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOFTMAX = os.path.join(ROOT, "graphs", "softmax.mlir")

@@ -43,7 +43,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from accy.dashboard import metrics
 from accy.dashboard.records import StageRecords
-from accy.distributed.plugin import get_plugin, jsonable
+from accy.files import jsonable
 
 if TYPE_CHECKING:
     from distributed import Scheduler
@@ -68,9 +68,13 @@ class StageDashboardPlugin(SchedulerPlugin):
     name = PLUGIN_NAME
     idempotent = True
 
-    def __init__(self, max_records: int | None = None) -> None:
+    def __init__(self, max_records: int | None = None, cache_plugin: str = "accy-cache") \
+            -> None:
         self.records = StageRecords(max_records)
         """Stage runs, variants and failures, for the page, the API and the metrics."""
+        self.cache_plugin = cache_plugin
+        """The name of the scheduler plugin whose ``stats`` and ``pinned_keys`` the
+        summary shows (the cache plugin; nothing here imports it)."""
         self.scheduler: Scheduler | None = None
 
     # -- lifecycle
@@ -114,8 +118,9 @@ class StageDashboardPlugin(SchedulerPlugin):
     def cache_counts(self) -> dict[str, int]:
         """``publishes``, ``publish_conflicts`` and ``pinned_keys`` of the
         scheduler's cache plugin (zeros without one)."""
-        cache = get_plugin(self.scheduler) if self.scheduler is not None else None
-        if cache is None:
+        cache = self.scheduler.plugins.get(self.cache_plugin) \
+            if self.scheduler is not None else None
+        if cache is None or not hasattr(cache, "stats"):
             return {"publishes": 0, "publish_conflicts": 0, "pinned_keys": 0}
         return {"publishes": cache.stats["publishes"],
                 "publish_conflicts": cache.stats["conflicts"],

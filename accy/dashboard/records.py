@@ -49,9 +49,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from accy.pipeline import STAGE_NAMES
+
 logger = logging.getLogger("accy.dashboard")
 
-STAGES = ("contract", "tensor", "dispatch", "memory", "kernel", "target", "compile", "load")
+STAGES = STAGE_NAMES
+"""Stage order on every figure: the stage table's."""
 """Stage names in pipeline order (what ``accy_<stage>`` task keys carry)."""
 KEY_PREFIX = "accy_"
 DEFAULT_MAX_RECORDS = 10000

@@ -93,7 +93,7 @@ def dask_setup(dask_server: Any) -> None:
         # once, from Scheduler.start, and installs the handlers.
         if PLUGIN_NAME not in dask_server.plugins:
             dask_server.add_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
-        dask_server.add_plugin(StageDashboardPlugin(), idempotent=True)
+        dask_server.add_plugin(StageDashboardPlugin(cache_plugin=PLUGIN_NAME), idempotent=True)
 
 
 def local_cluster_kwargs() -> dict[str, Any]:
@@ -124,7 +124,7 @@ def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:
     # (asking an absent handler gets None back and a warning in the log).
     if client.get_metadata([METADATA_KEY], default=None) is None:
         client.register_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
-        client.register_plugin(StageDashboardPlugin())
+        client.register_plugin(StageDashboardPlugin(cache_plugin=PLUGIN_NAME))
         client.register_plugin(SerializersPlugin())
         deadline = time.monotonic() + timeout
         while client.get_metadata([METADATA_KEY], default=None) is None:

@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from accy.files import jsonable
+
 if TYPE_CHECKING:
     from distributed import Scheduler
 
@@ -85,19 +87,6 @@ def to_wire_key(key: Any) -> Any:
     if isinstance(key, (list, tuple)):
         return [to_wire_key(k) for k in key]
     return key
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with every tuple turned into a list, recursively.
-
-    Dask's comms decode msgpack arrays as tuples, so what arrives at a
-    handler (and what a client gets back) has tuples where the sender had lists.
-    """
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    return value
 
 
 def _max_pinned_from_config() -> int:

@@ -89,7 +89,7 @@ def _wire_keys(keys: list[Any]) -> list[Any]:
 
 async def _call(client: Client, handler: str, **kwargs: Any) -> Any:
     """Call a scheduler handler; the reply with lists where the comm made tuples."""
-    from accy.distributed.plugin import jsonable
+    from accy.files import jsonable
 
     return jsonable(await getattr(client.scheduler, handler)(**kwargs))
 

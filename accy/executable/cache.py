@@ -117,7 +117,7 @@ class FragmentCompilerCache:
         compiled = self._compiled.get(key.hex)
         source = "memory"
         if compiled is None:
-            compiled, _ = read_back(self.store, key.hex, CompiledFragment.from_wire,
+            compiled, _ = read_back(self.store, key.hex, "fragment", CompiledFragment.from_wire,
                                     lambda c: check_fragment(c, key))
             source = "store"
         if compiled is not None:

@@ -16,13 +16,14 @@ only code that reads or writes stage products and fragments in a store.
 Example
 -------
 >>> class Store(dict):
-...     def get(self, key): return dict.get(self, key)
+...     def get(self, key, kind=None): return dict.get(self, key)
 ...     def put(self, key, data, kind=""): self[key] = data
 ...     def delete(self, key): self.pop(key, None)
 >>> s = Store()
->>> read_back(s, "ab" * 16, lambda b: b, lambda v: None)
+>>> read_back(s, "ab" * 16, "kernel", lambda b: b, lambda v: None)
 (None, 'not stored')
->>> write(s, "ab" * 16, b"x", "kernel"), read_back(s, "ab" * 16, lambda b: b, lambda v: None)
+>>> write(s, "ab" * 16, b"x", "kernel"), read_back(s, "ab" * 16, "kernel", lambda b: b,
+...                                                 lambda v: None)
 (None, (b'x', None))
 """
 
@@ -54,7 +55,7 @@ def check_stage_result(result: StageResult, key: StageKey) -> str | None:
     return None
 
 
-def read_back(store: Any, key_hex: str, decode: Callable[[bytes], T],
+def read_back(store: Any, key_hex: str, kind: str, decode: Callable[[bytes], T],
               check: Callable[[T], str | None]) -> tuple[T | None, str | None]:
     """The store's entry under ``key_hex``, decoded and checked: ``(value, None)``, or
     ``(None, why)`` on a miss. A broken or foreign entry is removed; no store error
@@ -62,7 +63,7 @@ def read_back(store: Any, key_hex: str, decode: Callable[[bytes], T],
     if store is None:
         return None, "no store"
     try:
-        data = store.get(key_hex)
+        data = store.get(key_hex, kind=kind)
     except Exception as e:  # an unreachable or unreadable tier is a miss
         logger.warning("accy: store read of %s failed: %s", key_hex[:12], e)
         return None, f"store unreadable ({type(e).__name__})"
@@ -82,7 +83,7 @@ def read_back(store: Any, key_hex: str, decode: Callable[[bytes], T],
 
 def read_stage_result(store: Any, key: StageKey) -> tuple[StageResult | None, str | None]:
     """A stage result from the store, admitted for ``key`` (its origin set to ``store``)."""
-    result, why = read_back(store, key.hex, StageResult.from_wire,
+    result, why = read_back(store, key.hex, str(key.fields.get("stage")), StageResult.from_wire,
                             lambda r: check_stage_result(r, key))
     if result is not None:
         result.origin = "store"

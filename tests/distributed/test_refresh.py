@@ -454,7 +454,8 @@ def test_a_corrupt_store_entry_is_recomputed(make_cluster, tmp_path):
     files = {p.name: p for p in Path(store).rglob("*") if p.is_file()}
     # Bytes that are no entry at all, and an intact entry holding no stage result.
     files[host["contract"].key].write_bytes(b"\x00garbage" * 64)
-    files[host["kernel"].key].write_bytes(encode_entry(b"not a stage result", "kernel"))
+    files[host["kernel"].key].write_bytes(encode_entry(b"not a stage result", "kernel",
+                                                                  host["kernel"].key))
 
     with make_cluster() as (_, client):
         second = run_batch(client, variants, store_url=store)
