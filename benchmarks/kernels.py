@@ -302,17 +302,22 @@ def rate(t: dict[str, Any] | None, nbytes: int, nflops: int) -> dict[str, Any] |
 # ---------------------------------------------------------------------------- accy
 
 
-def rel_err(got: Any, ref: Any) -> float:
-    """max over results of max |got − ref| / max |ref| (NaN where both are NaN: equal)."""
+def result_errs(got: Any, ref: Any) -> list[list[float]]:
+    """Per result: [max |got − ref|, max |ref|] (NaN where both are NaN counts as equal)."""
     import torch
 
-    worst = 0.0
+    out = []
     for g, w in zip(got, ref):
         g, w = g.double(), w.double()
         diff = torch.where(torch.isnan(g) & torch.isnan(w), torch.zeros_like(g), (g - w).abs())
-        scale = float(torch.nan_to_num(w.abs(), nan=0.0, posinf=0.0).max().item()) or 1.0
-        worst = max(worst, float(torch.nan_to_num(diff, nan=math.inf).max().item()) / scale)
-    return worst
+        scale = float(torch.nan_to_num(w.abs(), nan=0.0, posinf=0.0).max().item())
+        out.append([float(torch.nan_to_num(diff, nan=math.inf).max().item()), scale])
+    return out
+
+
+def rel_err(got: Any, ref: Any) -> float:
+    """max over results of max |got − ref| / max |ref|."""
+    return max([d / (s or 1.0) for d, s in result_errs(got, ref)], default=0.0)
 
 
 def cupy_view(t: Any) -> Any:
@@ -386,6 +391,7 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     frag.launch_all(a_args, a_res)
     torch.cuda.synchronize()
     entry["err"] = rel_err(results, ref)
+    entry["result_errs"] = result_errs(results, ref)
     entry["tolerance"] = TOLERANCE[case["element"]]
     entry["pass"] = entry["err"] <= entry["tolerance"]
     entry["accy"] = rate(bench(lambda: frag.launch_all(a_args, a_res), args.calls,
