@@ -1,203 +1,525 @@
-"""Kernel bandwidth and cold compile time on the GPU; prints JSON.
+"""Kernel speed on the GPU, every implementation timed the same way; prints JSON.
 
-For softmax, layernorm and gelu(x + b) on 8192×4096 fp32: GB/s moved (bytes
-read + written, counted once each) by accy's fragment, next to torch eager,
-torch.compile and CuPy composed ops measured in the same run, and a device
-copy as the ceiling; plus each program's cold compile time split into the
-six stages, NVRTC and load.
+Implementations, side by side in one process on the same inputs:
 
-Run on a GPU machine: ``python3 benchmarks/kernels.py [--rows 8192] [--cols 4096]``.
+- **accy**: the program's loaded fragment, ``LoadedFragment.launch_all`` on
+  preallocated CuPy arrays (views of the torch tensors below, no copies);
+- **torch eager**: the same program interpreted op by op with torch ops;
+- **torch.compile**: that interpreter under ``torch.compile`` (default mode,
+  ``dynamic=False``);
+- **cuBLAS** (matmuls only): ``torch.matmul``.
+
+TF32 is off everywhere. Timing: ``calls`` back-to-back calls between two CUDA
+events (50; fewer, never under 3, when one call takes longer than 4 ms, so a
+repeat stays near 0.2 s), the time per call of each repeat, median of 7
+repeats, with min and max; warm-up calls first. One call between two events
+would time host dispatch, not the kernel; ``host_bound`` marks a figure whose
+host enqueue time per call reached the GPU time (dispatch-bound). A device copy (``torch``'s
+``copy_`` and ``cudaMemcpyAsync``) is timed the same way in the same run.
+
+Programs: every ``graphs/*.mlir`` (row programs at 8192×4096, softmax over
+axis 0 at 64×524288, attention 512×128×64, the MLP block 8192×256→1024→256,
+static-shape graphs rewritten to 8192×4096 where that is a plain rename, and
+``all_ops`` at its own 4×8), bf16 and f16 versions of the row programs (the
+element type rewritten in the text), and square matmuls 1024³…8192³ in
+f32/bf16/f16. GB/s counts every input read and every output written once;
+TFLOP/s counts 2·M·N·K per matmul.
+
+Each accy result is checked against torch's float32 computation of the same
+program on the same (rounded) inputs: ``err`` = max |accy − ref| / max |ref|,
+pass when ``err <= TOLERANCE[dtype]``. Each accy program's cold compile (the
+six stages + NVRTC + load, a fresh cache) is timed too.
+
+Run on a GPU machine::
+
+    python3 benchmarks/kernels.py [--only NAME[,NAME]] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import math
 import os
 import platform
+import re
 import statistics
 import sys
 import time
-
-import numpy as np
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+TOLERANCE = {"f32": 1e-4, "f16": 4e-3, "bf16": 3e-2}
+"""Largest accepted max |accy − ref| / max |ref| per element type (f32 ref)."""
+ROWS, COLS = 8192, 4096
+ROW_PROGRAMS = ("bias_gelu", "dynamic", "elementwise_chain", "gelu_tanh", "layernorm",
+                "reductions", "residual_norm", "rmsnorm", "softmax", "softmax_axis0")
+"""The graphs also measured in bf16 and f16."""
+GRAPH_SETUP: dict[str, dict[str, Any]] = {
+    "softmax_axis0": {"cols": 524288},
+    "attention": {"rows": 512},
+    # static shapes renamed to the benchmark's (every occurrence is a shape)
+    "reductions": {"rename": [("64x128", f"{ROWS}x{COLS}"), ("tensor<64x", f"tensor<{ROWS}x"),
+                              ("1x128", f"1x{COLS}")]},
+    "residual_norm": {"rename": [("1024", str(COLS))]},
+}
+MATMUL_SIZES = (1024, 2048, 4096, 8192)
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i1": "bool",
+                "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64"}
 
-def _time_cuda(fn, reps: int = 50, warmup: int = 5) -> float:  # type: ignore[no-untyped-def]
-    """Median seconds per call, timed with CUDA events around each call."""
-    import cupy
 
-    for _ in range(warmup):
+# --------------------------------------------------------------------------- cases
+
+
+def with_element(text: str, element: str) -> str:
+    """``text`` with every f32 tensor type (constants too) made ``element``."""
+    return re.sub(r"(tensor<(?:[0-9?]+x)*)f32>", rf"\g<1>{element}>", text)
+
+
+def matmul_text(n: int, element: str) -> str:
+    t = f"tensor<{n}x{n}x{element}>"
+    return (f'"builtin.module"() ({{\n'
+            f'  "func.func"() <{{function_type = ({t}, {t}) -> {t}, sym_name = "main"}}> ({{\n'
+            f'  ^bb0(%a: {t}, %b: {t}):\n'
+            f'    %0 = "semantic.matmul"(%a, %b) : ({t}, {t}) -> {t}\n'
+            f'    "func.return"(%0) : ({t}) -> ()\n'
+            f'  }}) : () -> ()\n'
+            f'}}) : () -> ()\n')
+
+
+def cases(quick: bool = False) -> list[dict[str, Any]]:
+    """Every benchmark case: name, program text, ``?`` binding, element type, kind."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "graphs", "*.mlir"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        setup = GRAPH_SETUP.get(name, {})
+        with open(path) as f:
+            text = f.read()
+        for old, new in setup.get("rename", []):
+            text = text.replace(old, new)
+        elements = ("f32", "bf16", "f16") if name in ROW_PROGRAMS else ("f32",)
+        for el in elements:
+            out.append({"name": name if el == "f32" else f"{name}_{el}", "graph": name,
+                        "text": with_element(text, el), "element": el, "kind": "graph",
+                        "rows": setup.get("rows", ROWS), "cols": setup.get("cols", COLS)})
+    for n in MATMUL_SIZES[:2] if quick else MATMUL_SIZES:
+        for el in ("f32", "bf16", "f16"):
+            out.append({"name": f"matmul{n}_{el}", "graph": "matmul", "text": matmul_text(n, el),
+                        "element": el, "kind": "matmul", "rows": n, "cols": n})
+    # the f32 graphs first, then the matmuls, then the half-precision graphs
+    rank = {"f32": 0, "bf16": 2, "f16": 3}
+    return sorted(out, key=lambda c: 1 if c["kind"] == "matmul" else rank[c["element"]])
+
+
+def arg_shapes(sm: Any, rows: int, cols: int) -> list[tuple[int, ...]]:
+    """Each argument's shape: a ``?`` on axis 0 of a matrix or more is ``rows``, else ``cols``."""
+    shapes = []
+    for t in sm.entry().function_type.inputs:
+        shapes.append(tuple((rows if i == 0 and t.rank >= 2 else cols) if d is None else d
+                            for i, d in enumerate(t.shape)))
+    return shapes
+
+
+def flops(sm: Any, shapes: list[tuple[int, ...]]) -> int:
+    """2·M·N·K for every matmul of the program (batch dims multiplied in)."""
+    from accy.preparation.options import RunOptions
+    from accy.preparation.stages import prepare_through
+
+    contract = prepare_through(sm, "contract", RunOptions.parse("host"),
+                               dict(enumerate(shapes))).product
+    total = 0
+    for op in contract.module.walk():
+        if op.op_name == "semantic.matmul":
+            total += 2 * math.prod(op.results[0].type.shape) * op.operands[0].type.shape[-1]
+    return total
+
+
+# --------------------------------------------------------------------------- torch
+
+
+def torch_program(module: Any) -> Callable[..., tuple[Any, ...]]:
+    """A torch function computing the semantic ``module``'s entry, op by op.
+
+    Every op becomes a closure over plain Python values, so ``torch.compile``
+    traces a straight line of torch calls.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from accy.choir.attributes import BoolAttr, IntegerAttr, StringAttr, i64_list
+
+    func = module.entry()
+    slot: dict[Any, int] = {a: i for i, a in enumerate(func.body.args)}
+    steps: list[tuple[Callable[..., Any], tuple[int, ...]]] = []
+    outs: tuple[int, ...] = ()
+
+    def dtype(t: Any) -> Any:
+        return getattr(torch, TORCH_DTYPES[t.element.name])
+
+    unary = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+             "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf, "sin": torch.sin,
+             "cos": torch.cos, "reciprocal": torch.reciprocal, "neg": torch.neg,
+             "abs": torch.abs, "relu": torch.relu, "floor": torch.floor}
+    binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "max": torch.maximum,
+              "min": torch.minimum, "pow": torch.pow}
+    predicates = {"lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+                  "eq": torch.eq, "ne": torch.ne}
+    reductions = {"sum": torch.sum, "max": torch.amax, "min": torch.amin, "mean": torch.mean}
+
+    def translate(op: Any) -> Callable[..., Any]:
+        name = op.op_name.removeprefix("semantic.")
+        res = op.results[0].type
+        if name in unary:
+            return unary[name]
+        if name in binary:
+            return binary[name]
+        if name == "div":
+            if res.element.is_float:
+                return torch.div
+            return lambda a, b: torch.div(a, b, rounding_mode="trunc")
+        if name == "gelu":
+            a = op.attr("approximate")
+            approx = a.value if isinstance(a, StringAttr) else "none"
+            return lambda x: F.gelu(x, approximate=approx)
+        if name == "cmp":
+            return predicates[op.attr("predicate").value]
+        if name == "select":
+            return torch.where
+        if name == "cast":
+            dt = dtype(res)
+            return lambda x: x.to(dt)
+        if name == "constant":
+            import numpy as np
+
+            arr = np.asarray(op.attr("value").to_numpy())
+            value = torch.from_numpy(np.ascontiguousarray(
+                arr.astype(np.float32) if arr.dtype.kind == "f" else arr)).to(
+                "cuda", dtype(res))
+            return lambda: value
+        if name.startswith("reduce_"):
+            axes = tuple(i64_list(op.attr("axes")))
+            k = op.attr("keepdims")
+            keep = bool(k.value) if isinstance(k, BoolAttr | IntegerAttr) else k is not None
+            red = reductions[name.removeprefix("reduce_")]
+            return lambda x: red(x, dim=axes, keepdim=keep)
+        if name == "reshape":
+            shape = tuple(-1 if d is None else d for d in res.shape)
+            return lambda x: x.reshape(shape)
+        if name == "transpose":
+            perm = tuple(i64_list(op.attr("permutation")))
+            return lambda x: x.permute(perm)
+        if name == "broadcast_to":
+            rank, fixed = res.rank, tuple(-1 if d is None else d for d in res.shape)
+            return lambda x: x.reshape((1,) * (rank - x.dim()) + tuple(x.shape)).expand(*fixed)
+        if name == "matmul":
+            return torch.matmul
+        if name == "softmax":
+            axis = op.attr("axis").value
+            return lambda x: F.softmax(x, dim=axis)
+        if name in ("layernorm", "rmsnorm"):
+            axis, eps = op.attr("axis").value, float(op.attr("epsilon").value)
+            if name == "layernorm":
+                return lambda x, g, b: F.layer_norm(x, tuple(x.shape[axis:]), g, b, eps)
+            return lambda x, g: F.rms_norm(x, tuple(x.shape[axis:]), g, eps)
+        raise NotImplementedError(f"no torch form of '{op.op_name}'")
+
+    for op in func.body.ops:
+        if op.op_name == "func.return":
+            outs = tuple(slot[v] for v in op.operands)
+            break
+        steps.append((translate(op), tuple(slot[v] for v in op.operands)))
+        for r in op.results:
+            slot[r] = len(slot)
+
+    def run(*xs: Any) -> tuple[Any, ...]:
+        env = list(xs)
+        for fn, ins in steps:
+            env.append(fn(*[env[i] for i in ins]))
+        return tuple(env[i] for i in outs)
+
+    return run
+
+
+# -------------------------------------------------------------------------- timing
+
+
+def bench(fn: Callable[[], Any], calls: int, repeats: int) -> dict[str, Any]:
+    """Seconds per call: ``calls`` back-to-back calls between two CUDA events, per repeat.
+
+    ``calls`` shrinks (to no fewer than 3) when one call takes over 4 ms, so a
+    repeat stays near 0.2 s; warm-up calls run first.
+    """
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - t0
+    if one > 4e-3:
+        calls = max(3, min(calls, int(0.2 / one)))
+    for _ in range(min(calls, 5)):
         fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    torch.cuda.synchronize()
+    per_call, host = [], []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host.append((time.perf_counter() - t0) / calls)
         end.record()
         end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
+        per_call.append(start.elapsed_time(end) / 1e3 / calls)
+    med = statistics.median(per_call)
+    return {"median_s": med, "min_s": min(per_call), "max_s": max(per_call), "calls": calls,
+            "repeats": repeats, "host_enqueue_s": statistics.median(host),
+            # the GPU waited on the host: the figure is dispatch-bound, not kernel-bound
+            "host_bound": statistics.median(host) >= 0.9 * med}
 
 
-def _accy(program: str, shapes: dict[int, tuple[int, ...]], inputs: list, options=()):  # type: ignore[no-untyped-def]
+def rate(t: dict[str, Any] | None, nbytes: int, nflops: int) -> dict[str, Any] | None:
+    """A timing with its GB/s (and TFLOP/s) at the median, min and max."""
+    if t is None:
+        return None
+    out = dict(t)
+    out["ms"] = t["median_s"] * 1e3
+    out["gbs"] = nbytes / t["median_s"] / 1e9
+    out["gbs_range"] = [nbytes / t["max_s"] / 1e9, nbytes / t["min_s"] / 1e9]
+    if nflops:
+        out["tflops"] = nflops / t["median_s"] / 1e12
+        out["tflops_range"] = [nflops / t["max_s"] / 1e12, nflops / t["min_s"] / 1e12]
+    return out
+
+
+# ---------------------------------------------------------------------------- accy
+
+
+def result_errs(got: Any, ref: Any) -> list[list[float]]:
+    """Per result: [max |got − ref|, max |ref|] (NaN where both are NaN counts as equal)."""
+    import torch
+
+    out = []
+    for g, w in zip(got, ref):
+        g, w = g.double(), w.double()
+        diff = torch.where(torch.isnan(g) & torch.isnan(w), torch.zeros_like(g), (g - w).abs())
+        scale = float(torch.nan_to_num(w.abs(), nan=0.0, posinf=0.0).max().item())
+        out.append([float(torch.nan_to_num(diff, nan=math.inf).max().item()), scale])
+    return out
+
+
+def rel_err(got: Any, ref: Any) -> float:
+    """max over results of max |got − ref| / max |ref|."""
+    return max([d / (s or 1.0) for d, s in result_errs(got, ref)], default=0.0)
+
+
+def cupy_view(t: Any) -> Any:
+    """The CuPy array over a torch tensor's memory (bf16 as its uint16 bit patterns)."""
     import cupy
+    import torch
 
+    if t.dtype == torch.bfloat16:
+        return cupy.asarray(t.view(torch.int16)).view(cupy.uint16)
+    return cupy.asarray(t)
+
+
+def accy_fragment(case: dict[str, Any], shapes: list[tuple[int, ...]]) -> tuple[Any, dict]:
+    """The loaded fragment (a fresh cache: a cold compile) and its compile timings."""
     from accy.executable.cache import FragmentCompilerCache
     from accy.preparation.options import RunOptions
     from accy.preparation.products import SemanticModule
     from accy.preparation.stages import PreparationRequest
 
-    sm = SemanticModule.from_file(os.path.join(ROOT, "graphs", program))
+    sm = SemanticModule.from_text(case["text"], f"{case['name']}.mlir")
     t0 = time.perf_counter()
-    cache = FragmentCompilerCache()
-    update = cache.refresh_from_semantic_module(
-        sm, PreparationRequest(options=RunOptions.parse("cuda", list(options)), shapes=shapes))
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(source=case["name"], options=RunOptions.parse("cuda"),
+                               shapes=dict(enumerate(shapes))))
     cold = time.perf_counter() - t0
-    split = {r.stage: r.elapsed_ns / 1e6 for r in update.report}
     frag = update.fragment
     assert frag is not None
-    results = [cupy.empty(tuple(s), dtype=cupy.float32) for s, _ in frag.plan.results]
-    secs = _time_cuda(lambda: frag.launch_all(inputs, results))
-    return secs, results[0], cold, split, frag.plan.launches
+    info = {"cold_compile_s": cold,
+            "cold_split_ms": {r.stage: r.elapsed_ns / 1e6 for r in update.report},
+            "reused": [r.stage for r in update.report if r.reused],
+            "launches": [{k: v for k, v in launch.items() if k != "buffers"}
+                         for launch in frag.plan.launches]}
+    return frag, info
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=8192)
-    ap.add_argument("--cols", type=int, default=4096)
-    ap.add_argument("--no-torch-compile", action="store_true")
-    args = ap.parse_args()
-    import cupy
-
-    R, C = args.rows, args.cols
-    rng = cupy.random.default_rng(0)
-    x = rng.standard_normal((R, C), dtype=cupy.float32)
-    g = rng.standard_normal((C,), dtype=cupy.float32)
-    b = rng.standard_normal((C,), dtype=cupy.float32)
-    nbytes = x.nbytes * 2  # read x, write y (params are 2·C floats: noise)
-    out: dict = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d"),
-                 "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-                 "shape": [R, C], "dtype": "float32", "programs": {}}
-    y = cupy.empty_like(x)
-    copy_s = _time_cuda(lambda: cupy.copyto(y, x))
-    out["device_copy_gbs"] = nbytes / copy_s / 1e9
-    out["device_memcpy_gbs"] = nbytes / _time_cuda(
-        lambda: cupy.cuda.runtime.memcpyAsync(y.data.ptr, x.data.ptr, x.nbytes, 3, 0)) / 1e9
-
-    try:
-        import torch
-        import torch.nn.functional as F
-
-        tx = torch.as_tensor(x, device="cuda")
-        tg = torch.as_tensor(g, device="cuda")
-        tb = torch.as_tensor(b, device="cuda")
-        have_torch = True
-    except Exception as e:  # pragma: no cover - depends on the machine
-        out["torch_error"] = repr(e)
-        have_torch = False
-
-    cases = {
-        "softmax": ("softmax.mlir", [x], lambda: F.softmax(tx, dim=-1),
-                    lambda: _cupy_softmax(x)),
-        "layernorm": ("layernorm.mlir", [x, g, b],
-                      lambda: F.layer_norm(tx, (C,), tg, tb, 1e-5), lambda: _cupy_layernorm(x, g, b)),
-        "bias_gelu": ("bias_gelu.mlir", [x, b], lambda: F.gelu(tx + tb),
-                      lambda: _cupy_gelu(x, b)),
-    }
-    for name, (program, inputs, torch_fn, cupy_fn) in cases.items():
-        entry: dict = {}
-        secs, result, cold, split, launches = _accy(program, {0: (R, C)}, inputs)
-        entry["accy_gbs"] = nbytes / secs / 1e9
-        entry["accy_ms"] = secs * 1e3
-        entry["cold_compile_s"] = cold
-        entry["cold_split_ms"] = split
-        entry["launches"] = [{k: v for k, v in launch.items() if k != "buffers"}
-                             for launch in launches]
-        entry["cupy_composed_gbs"] = nbytes / _time_cuda(cupy_fn, reps=20) / 1e9
-        if have_torch:
-            ref = torch_fn().float().cpu().numpy()
-            mine = cupy.asnumpy(result)
-            entry["max_abs_err_vs_torch"] = float(np.max(np.abs(mine - ref)))
-            entry["bitwise_equal_to_torch_frac"] = float(np.mean(mine == ref))
-            entry["torch_eager_gbs"] = nbytes / _time_cuda(torch_fn) / 1e9
-            if not args.no_torch_compile:
-                t0 = time.perf_counter()
-                compiled = torch.compile(torch_fn)
-                compiled()
-                torch.cuda.synchronize()
-                entry["torch_compile_first_s"] = time.perf_counter() - t0
-                entry["torch_compile_gbs"] = nbytes / _time_cuda(compiled) / 1e9
-        # a second variant: block size 512 / 128, to see the option's effect
-        for bs in (128, 512):
-            s2, _, _, _, _ = _accy(program, {0: (R, C)}, inputs, (f"kernel.block_size={bs}",))
-            entry[f"accy_gbs_block{bs}"] = nbytes / s2 / 1e9
-        out["programs"][name] = entry
-        print(f"{name:10s} accy {entry['accy_gbs']:7.0f} GB/s  "
-              f"torch eager {entry.get('torch_eager_gbs', 0):7.0f}  "
-              f"torch.compile {entry.get('torch_compile_gbs', 0):7.0f}  "
-              f"cupy {entry['cupy_composed_gbs']:7.0f}  cold {cold:.3f}s", file=sys.stderr)
-    out["programs"]["mlp"] = _mlp(R, have_torch)
-    print(json.dumps(out, indent=2))
+# ---------------------------------------------------------------------------- runs
 
 
-def _mlp(rows: int, have_torch: bool) -> dict:  # type: ignore[type-arg]
-    """The MLP block (two matmuls with bias and gelu epilogues): TFLOP/s, fp32."""
-    import cupy
+def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    import torch
 
-    rng = cupy.random.default_rng(1)
-    x = rng.standard_normal((rows, 256), dtype=cupy.float32)
-    w1 = rng.standard_normal((256, 1024), dtype=cupy.float32) / 16
-    b1 = rng.standard_normal((1024,), dtype=cupy.float32)
-    w2 = rng.standard_normal((1024, 256), dtype=cupy.float32) / 32
-    b2 = rng.standard_normal((256,), dtype=cupy.float32)
-    flops = 2 * rows * (256 * 1024 + 1024 * 256)
-    secs, result, cold, split, launches = _accy("mlp.mlir", {0: (rows, 256)}, [x, w1, b1, w2, b2])
-    entry = {"accy_tflops": flops / secs / 1e12, "accy_ms": secs * 1e3, "cold_compile_s": cold,
-             "cold_split_ms": split, "launches": [{k: v for k, v in launch.items()
-                                                   if k != "buffers"} for launch in launches]}
-    if have_torch:
-        import torch
-        import torch.nn.functional as F
+    from accy.preparation.products import SemanticModule
 
-        torch.backends.cuda.matmul.allow_tf32 = False
-        tx, tw1, tb1, tw2, tb2 = (torch.as_tensor(a, device="cuda") for a in (x, w1, b1, w2, b2))
+    sm = SemanticModule.from_text(case["text"], f"{case['name']}.mlir")
+    func = sm.entry()
+    shapes = arg_shapes(sm, case["rows"], case["cols"])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    inputs = []
+    for t, s in zip(func.function_type.inputs, shapes):
+        x = torch.randn(s, generator=gen, device="cuda", dtype=torch.float32)
+        if case["kind"] == "matmul" or case["graph"] == "mlp":
+            x = x / math.sqrt(s[0])  # keep products O(1)
+        inputs.append(x.to(getattr(torch, TORCH_DTYPES[t.element.name])))
+    program = torch_program(sm.module)
+    ref = program(*[x.float() if x.is_floating_point() else x for x in inputs])
+    out_types = func.function_type.results
+    nbytes = sum(x.numel() * x.element_size() for x in inputs) + sum(
+        r.numel() * torch.empty((), dtype=getattr(torch, TORCH_DTYPES[t.element.name]))
+        .element_size() for r, t in zip(ref, out_types))
+    nflops = flops(sm, shapes)
+    entry: dict[str, Any] = {"element": case["element"], "shapes": shapes,
+                             "bytes": nbytes, "flops": nflops}
 
-        def fn():  # type: ignore[no-untyped-def]
-            return F.gelu(tx @ tw1 + tb1, approximate="tanh") @ tw2 + tb2
+    # accy
+    frag, info = accy_fragment(case, shapes)
+    entry.update(info)
+    results = [torch.empty(tuple(s), device="cuda",
+                           dtype=getattr(torch, TORCH_DTYPES[el])) for s, el in frag.plan.results]
+    a_args = [cupy_view(x) for x in inputs]
+    a_res = [cupy_view(r) for r in results]
+    frag.launch_all(a_args, a_res)
+    torch.cuda.synchronize()
+    entry["err"] = rel_err(results, ref)
+    entry["result_errs"] = result_errs(results, ref)
+    entry["tolerance"] = TOLERANCE[case["element"]]
+    entry["pass"] = entry["err"] <= entry["tolerance"]
+    entry["accy"] = rate(bench(lambda: frag.launch_all(a_args, a_res), args.calls,
+                               args.repeats), nbytes, nflops)
 
-        ref = fn().cpu().numpy().astype(np.float64)
-        mine = cupy.asnumpy(result).astype(np.float64)
-        entry["rel_err_vs_torch"] = float(np.linalg.norm(mine - ref) / np.linalg.norm(ref))
-        entry["torch_fp32_tflops"] = flops / _time_cuda(fn) / 1e12
-    print(f"mlp        accy {entry['accy_tflops']:6.1f} TFLOP/s  torch fp32 "
-          f"{entry.get('torch_fp32_tflops', 0):6.1f}  cold {cold:.3f}s", file=sys.stderr)
+    # torch eager, torch.compile, cuBLAS
+    entry["torch_eager"] = rate(bench(lambda: program(*inputs), args.calls, args.repeats),
+                                nbytes, nflops)
+    entry["torch_eager_err"] = rel_err(program(*inputs), ref)
+    if not args.no_torch_compile:
+        try:
+            torch._dynamo.reset()  # one code object serves every case: no recompile limit
+            t0 = time.perf_counter()
+            compiled = torch.compile(program, dynamic=False)
+            compiled(*inputs)
+            torch.cuda.synchronize()
+            entry["torch_compile_first_s"] = time.perf_counter() - t0
+            entry["torch_compile_err"] = rel_err(compiled(*inputs), ref)
+            entry["torch_compile"] = rate(bench(lambda: compiled(*inputs), args.calls,
+                                                args.repeats), nbytes, nflops)
+        except Exception as e:  # recorded; accy's and eager's figures stand
+            entry["torch_compile_error"] = f"{type(e).__name__}: {e}"[:2000]
+    if case["kind"] == "matmul":
+        a, b = inputs
+        entry["cublas"] = rate(bench(lambda: torch.matmul(a, b), args.calls, args.repeats),
+                               nbytes, nflops)
+    key = "tflops" if nflops else "gbs"
+    mine = entry["accy"][key]
+    for other in ("torch_compile", "cublas", "torch_eager"):
+        if entry.get(other):
+            entry[f"accy_over_{other}"] = mine / entry[other][key]
     return entry
 
 
-def _cupy_softmax(x):  # type: ignore[no-untyped-def]
+def device_copy(args: argparse.Namespace) -> dict[str, Any]:
     import cupy
+    import torch
 
-    e = cupy.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    x = torch.randn((ROWS, COLS), device="cuda")
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    xs, ys = cupy.asarray(x), cupy.asarray(y)
+    return {
+        "bytes": nbytes,
+        "torch_copy": rate(bench(lambda: y.copy_(x), args.calls, args.repeats), nbytes, 0),
+        "cuda_memcpy": rate(bench(lambda: cupy.cuda.runtime.memcpyAsync(
+            ys.data.ptr, xs.data.ptr, x.numel() * 4, 3, 0), args.calls, args.repeats),
+            nbytes, 0),
+    }
 
 
-def _cupy_layernorm(x, g, b):  # type: ignore[no-untyped-def]
+def summary_line(name: str, e: dict[str, Any]) -> str:
+    if "error" in e:
+        return f"{name:26s} ERROR {e['error'][:100]}"
+    key, unit = ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
+    parts = [f"{name:26s}", f"accy {e['accy'][key]:8.1f}"]
+    for other in ("torch_eager", "torch_compile", "cublas"):
+        if e.get(other):
+            parts.append(f"{other.replace('torch_', '')} {e[other][key]:8.1f}")
+    parts.append(unit)
+    if "accy_over_torch_compile" in e:
+        parts.append(f"accy/compile {e['accy_over_torch_compile']:.2f}")
+    if "accy_over_cublas" in e:
+        parts.append(f"accy/cuBLAS {e['accy_over_cublas']:.2f}")
+    parts.append(f"err {e['err']:.1e} {'pass' if e['pass'] else 'FAIL'}")
+    parts.append(f"cold {e['cold_compile_s']:.3f}s")
+    return "  ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated case names or name prefixes")
+    ap.add_argument("--quick", action="store_true",
+                    help="3 repeats of 10 calls; matmuls up to 2048³ only")
+    ap.add_argument("--no-torch-compile", action="store_true")
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", default="", help="also write the JSON here (after every case)")
+    ap.add_argument("--list", action="store_true", help="print the case names and stop")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.calls, args.repeats = min(args.calls, 10), min(args.repeats, 3)
+    todo = cases(args.quick)
+    if args.only:
+        wanted = [w for w in args.only.split(",") if w]
+        todo = [c for c in todo if any(c["name"] == w or c["name"].startswith(w + "_")
+                                       or c["name"].startswith(w) for w in wanted)]
+    if args.list:
+        print("\n".join(c["name"] for c in todo))
+        return {}
     import cupy
+    import torch
 
-    m = x.mean(axis=-1, keepdims=True)
-    v = ((x - m) ** 2).mean(axis=-1, keepdims=True)
-    return (x - m) / cupy.sqrt(v + 1e-5) * g + b
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    out: dict[str, Any] = {
+        "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "cupy": cupy.__version__, "cuda_driver": cupy.cuda.runtime.driverGetVersion(),
+        "method": {"calls": args.calls, "repeats": args.repeats,
+                   "statistic": "median of repeats; per repeat, CUDA-event time of the "
+                                "back-to-back calls / calls", "tf32": False,
+                   "tolerance": TOLERANCE},
+        "device_copy": device_copy(args), "programs": {},
+    }
+    print(f"device copy {out['device_copy']['torch_copy']['gbs']:.0f} GB/s, "
+          f"cudaMemcpyAsync {out['device_copy']['cuda_memcpy']['gbs']:.0f} GB/s",
+          file=sys.stderr)
 
+    def save() -> None:
+        if args.out:
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(out, f, indent=1)
+            os.replace(tmp, args.out)
 
-def _cupy_gelu(x, b):  # type: ignore[no-untyped-def]
-    import cupyx.scipy.special as sp
-
-    z = x + b
-    return 0.5 * z * (1 + sp.erf(z * np.float32(0.7071067811865476)))
+    for case in todo:
+        try:
+            entry = run_case(case, args)
+        except Exception as e:  # one case's failure is recorded, the run goes on
+            entry = {"error": f"{type(e).__name__}: {e}"}
+        out["programs"][case["name"]] = entry
+        print(summary_line(case["name"], entry), file=sys.stderr, flush=True)
+        save()
+        torch.cuda.empty_cache()
+    print(json.dumps(out, indent=1))
+    return out
 
 
 if __name__ == "__main__":

@@ -318,6 +318,139 @@ def test_regions_are_in_dependency_order_and_verify():
         defined.update(op.results)
 
 
+# ------------------------------------------------------- elementwise DAGs fuse whole
+
+
+DAG = f"""\
+    %0 = "semantic.exp"(%a0) : ({T}) -> {T}
+    %1 = "semantic.neg"(%0) : ({T}) -> {T}
+    %2 = "semantic.sin"(%a1) : ({T}) -> {T}
+    %3 = "semantic.mul"(%0, %2) : ({T}, {T}) -> {T}
+    %4 = "semantic.add"(%1, %3) : ({T}, {T}) -> {T}
+    %5 = "semantic.tanh"(%a0) : ({T}) -> {T}
+    %6 = "semantic.mul"(%4, %5) : ({T}, {T}) -> {T}"""
+"""Fan-out (%0 read twice, %a0 read by two chains), fan-in (%4, %6), two inputs."""
+
+
+def _host_run(sm: SemanticModule, shapes=None, seed: int = 0) -> None:
+    """Through all six stages, compiled and run on the host: equal to the reference."""
+    from accy.executable.cache import FragmentCompilerCache
+
+    shapes = shapes or {}
+    xs = _inputs(sm, {i: shapes.get(i, tuple(t.shape)) for i, t in
+                      enumerate(sm.entry().function_type.inputs)}, seed)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse("host"), shapes=shapes))
+    got = update.fragment(*xs)
+    want = run_reference(sm.module, xs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g, np.float64), w.astype(np.float64),
+                                   rtol=2e-6, atol=2e-6)
+
+
+def test_gelu_tanh_is_one_elementwise_region_computing_x_cubed_once():
+    sm = graph("gelu_tanh")
+    r = dispatch(sm, {0: (8, 4096)})
+    (region,) = regions(r)
+    assert region.kind == "elementwise" and region.operands[0] is r.product.entry().body.args[0]
+    tensor = dispatch(sm, {0: (8, 4096)}, stage="tensor").product
+    launches = sorted(op.op_name for op in tensor.entry().body.ops
+                      if op.op_name not in FREE + ("func.return",))
+    assert sorted(body_ops(region)) == launches  # every prim op exactly once
+    assert len(region.results) == 1
+    assert r.pass_stats["form-dispatch-regions"]["elementwise-regions"] == 1
+    _host_run(sm, {0: (5, 4096)})
+
+
+@pytest.mark.parametrize("results", [["%6"], ["%6", "%0"], ["%4", "%6", "%2"]])
+def test_a_fan_out_fan_in_dag_is_one_region_and_each_value_is_computed_once(results):
+    sm = program([T, T], [T] * len(results), DAG + f"""
+    "func.return"({", ".join(results)}) : ({", ".join([T] * len(results))}) -> ()""")
+    r = dispatch(sm)
+    (region,) = regions(r)
+    assert sorted(body_ops(region)) == sorted(
+        f"prim.{n}" for n in ("exp", "neg", "sin", "mul", "add", "tanh", "mul"))
+    assert len(region.results) == len(results)  # only what is returned leaves the region
+    # the host C computes exp(%a0) once for its two readers
+    target = dispatch(sm, stage="target").product.module.attributes["target.source"].value
+    assert target.count("expf(") == 1 and target.count("sinf(") == 1
+    _host_run(sm)
+
+
+def test_ops_sharing_only_an_input_are_one_region():
+    sm = program([T], [T, T, T], f"""\
+    %0 = "semantic.exp"(%a0) : ({T}) -> {T}
+    %1 = "semantic.log"(%a0) : ({T}) -> {T}
+    %2 = "semantic.abs"(%a0) : ({T}) -> {T}
+    "func.return"(%0, %1, %2) : ({T}, {T}, {T}) -> ()""")
+    r = dispatch(sm)
+    (region,) = regions(r)
+    assert body_ops(region) == ["prim.exp", "prim.log", "prim.abs"]
+    assert list(region.operands) == [r.product.entry().body.args[0]] and len(region.results) == 3
+    assert r.pass_stats["form-dispatch-regions"]["fused-siblings"] == 2
+
+
+def test_a_merge_that_would_make_a_cycle_through_a_matmul_is_refused():
+    # %0 feeds the matmul %1 and, directly, %4 — which also reads the matmul through
+    # a transpose (so %4 cannot be its epilogue). Putting %0 and %4 in one region
+    # would make it read itself through the matmul: three regions, in order.
+    S = "tensor<8x8xf32>"
+    sm = program([S, S], [S], f"""\
+    %0 = "semantic.exp"(%a0) : ({S}) -> {S}
+    %1 = "semantic.matmul"(%0, %a1) : ({S}, {S}) -> {S}
+    %2 = "semantic.neg"(%0) : ({S}) -> {S}
+    %t = "semantic.transpose"(%1) {{permutation = array<i64: 1, 0>}} : ({S}) -> {S}
+    %4 = "semantic.mul"(%2, %t) : ({S}, {S}) -> {S}
+    %5 = "semantic.add"(%4, %0) : ({S}, {S}) -> {S}
+    "func.return"(%5) : ({S}) -> ()""")
+    r = dispatch(sm)
+    first, mm, last = regions(r)
+    assert (first.kind, mm.kind, last.kind) == ("elementwise", "matmul", "elementwise")
+    assert body_ops(first) == ["prim.exp", "prim.neg"]
+    assert body_ops(last) == ["prim.mul", "prim.add"]  # %0 is materialized, read by both
+    assert len(first.results) == 2 and mm.operands[0] is first.results[0]
+    assert set(last.operands) == {first.results[0], first.results[1], mm.results[0]}
+    _host_run(sm)
+
+
+def test_a_merge_that_would_make_a_cycle_through_a_reshape_is_refused():
+    # A = exp(x); B reads A through a reshape (another shape); C reads A and B:
+    # A and C cannot be one region, since B sits between them.
+    R = "tensor<8x4xf32>"
+    sm = program([T], [T], f"""\
+    %0 = "semantic.exp"(%a0) : ({T}) -> {T}
+    %1 = "semantic.reshape"(%0) : ({T}) -> {R}
+    %2 = "semantic.neg"(%1) : ({R}) -> {R}
+    %3 = "semantic.reshape"(%2) : ({R}) -> {T}
+    %4 = "semantic.tanh"(%a0) : ({T}) -> {T}
+    %5 = "semantic.mul"(%4, %3) : ({T}, {T}) -> {T}
+    %6 = "semantic.add"(%5, %0) : ({T}, {T}) -> {T}
+    "func.return"(%6) : ({T}) -> ()""")
+    r = dispatch(sm)
+    ops = [op.op_name for op in r.product.entry().body.ops]
+    assert ops == ["dispatch.region", "prim.reshape", "dispatch.region", "prim.reshape",
+                   "dispatch.region", "func.return"]
+    first, _, last = regions(r)
+    # tanh(%a0) joins exp as its sibling; the ops reading the reshaped value cannot
+    # join (or be merged with) that region: it would read itself through the reshapes
+    assert body_ops(first) == ["prim.exp", "prim.tanh"]
+    assert body_ops(last) == ["prim.mul", "prim.add"]
+    assert r.pass_stats["form-dispatch-regions"].get("merged-groups", 0) == 0
+    _host_run(sm)
+
+
+def test_a_dag_fuses_only_up_to_max_region_ops():
+    sm = program([T, T], [T], DAG + f"""
+    "func.return"(%6) : ({T}) -> ()""")
+    r = dispatch(sm, opts=["dispatch.max_region_ops=3"])
+    assert all(len(body_ops(g)) <= 3 for g in regions(r))
+    assert sum(len(body_ops(g)) for g in regions(r)) == 7
+    x = [np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32) for _ in range(2)]
+    np.testing.assert_allclose(run_reference(r.product.module, x)[0],
+                               run_reference(sm.module, x)[0], rtol=1e-6)
+
+
 # -------------------------------------------------- the reference answer is kept
 
 

@@ -14,7 +14,20 @@ Fusion, in one forward walk over each function (producer → consumer):
   reductions share one), turns an elementwise producer group of its input's
   shape into a row group (prologue fusion), or starts a row group;
 - a matmul starts a group;
-- a join that would make two groups depend on each other is refused.
+- an elementwise op with no producer group to join may join an elementwise
+  group of its shape that reads one of the same inputs (siblings: the input
+  is then read by one launch, not two);
+- once placed, an elementwise op in an elementwise group merges into it the
+  other elementwise groups of its shape that it reads (fan-in) or shares an
+  input with, so that a pure elementwise DAG over one iteration space —
+  shared inputs, fan-out, fan-in — is one region;
+- a join or merge that would make two groups depend on each other (directly
+  or through a third group) is refused, and so is any beyond
+  ``max_region_ops``.
+
+Inside a region each value is computed once, however many of its ops read it;
+a value read by a later region (or returned) is a region output, so regions
+never depend on each other in a cycle.
 
 ``prim.reshape`` stays between regions (a view of a materialized buffer).
 Every function result becomes a distinct region output (a copy region when
@@ -76,6 +89,9 @@ class _Former:
         self.groups: list[Group] = []
         self.result_sources: list[Group | None] = []
         """Per function result: None when a region output is returned as is, else its copy."""
+        self.readers: dict[Value, list[Group]] = {}
+        """Per materialized value that is no group's (arguments, reshapes): the groups reading it."""
+        self.order = {op: i for i, op in enumerate(func.body.ops)}
 
     # ---------------------------------------------------------------- analysis
     def bases(self, v: Value) -> list[tuple[Value, list[Operation]]]:
@@ -151,6 +167,10 @@ class _Former:
     def add(self, op: Operation, g: Group) -> None:
         g.ops.append(op)
         self.group_of[op] = g
+        for base in self.outside_inputs(op):
+            readers = self.readers.setdefault(base, [])
+            if g not in readers:
+                readers.append(g)
         for other, _ in self.producer_groups(op):
             if other is not g:
                 g.deps.add(other)
@@ -191,15 +211,82 @@ class _Former:
         self.materialize_results()
 
     def place_elementwise(self, op: Operation) -> None:
-        if self.fuse:
-            cands = self.producer_groups(op)
-            order = {"rows": 0, "matmul": 0, "elementwise": 1}
-            for g, _ in sorted(cands, key=lambda c: order[c[0].kind]):
-                if self.can_join(op, g):
-                    self.add(op, g)
-                    self.ctx.stat("fused-ops")
-                    return
-        self.new_group("elementwise", _shape(op.results[0]), op)
+        if not self.fuse:
+            self.new_group("elementwise", _shape(op.results[0]), op)
+            return
+        order = {"rows": 0, "matmul": 0, "elementwise": 1}
+        producers = [g for g, _ in sorted(self.producer_groups(op), key=lambda c: order[c[0].kind])]
+        siblings = self.siblings(op)
+        for g in producers + siblings:
+            if self.can_join(op, g):
+                self.add(op, g)
+                self.ctx.stat("fused-ops" if g in producers else "fused-siblings")
+                break
+        else:
+            g = self.new_group("elementwise", _shape(op.results[0]), op)
+        if g.kind != "elementwise":
+            return
+        for other in producers + siblings:  # fan-in and shared inputs: one region
+            if other is not g and other in self.groups and other.kind == "elementwise" \
+                    and other.shape == g.shape and self.can_merge(other, g):
+                self.merge(other, g)
+                self.ctx.stat("merged-groups")
+
+    # ---------------------------------------------------------------- merging
+    def outside_inputs(self, op: Operation) -> list[Value]:
+        """The materialized values ``op`` reads that no group computes."""
+        out = []
+        for operand in op.operands:
+            for base, _ in self.bases(operand):
+                if self.group_of_value(base) is None and base not in out and not (
+                        isinstance(base, OpResult) and _free(base.op)):
+                    out.append(base)
+        return out
+
+    def siblings(self, op: Operation) -> list[Group]:
+        """Elementwise groups of ``op``'s shape that read an input ``op`` reads."""
+        shape = _shape(op.results[0])
+        out: list[Group] = []
+        for base in self.outside_inputs(op):
+            for g in self.readers.get(base, []):
+                if g.kind == "elementwise" and g.shape == shape and g not in out:
+                    out.append(g)
+        return out
+
+    def can_merge(self, a: Group, b: Group) -> bool:
+        """Whether elementwise groups ``a`` and ``b`` of one shape can be one region."""
+        if len(a.ops) + len(b.ops) > self.max_ops:
+            return False
+        for h in self.groups:
+            if h is not a and h is not b and (
+                    (h in a.deps and b in h.deps) or (h in b.deps and a in h.deps)):
+                return False  # a → h → b: one region would read itself through h
+        for x, y in ((a, b), (b, a)):
+            for op in x.ops:
+                for other, chain in self.producer_groups(op):
+                    if other is y and any(c.op_name in ("prim.reshape", "prim.transpose")
+                                          for c in chain):
+                        return False  # another element of the region, or its buffer
+        return True
+
+    def merge(self, a: Group, b: Group) -> None:
+        """Move the ops of ``a`` into ``b`` and drop ``a``."""
+        for op in a.ops:
+            self.group_of[op] = b
+        b.ops = sorted(b.ops + a.ops, key=self.order.__getitem__)
+        b.deps = (a.deps | b.deps) - {a, b}
+        self.groups.remove(a)
+        for h in self.groups:
+            if a in h.deps:
+                h.deps.discard(a)
+                h.deps.add(b)
+            if b in h.deps and h is not b:
+                h.deps |= b.deps
+        for readers in self.readers.values():
+            if a in readers:
+                readers.remove(a)
+                if b not in readers:
+                    readers.append(b)
 
     def place_reduce(self, op: Operation) -> None:
         row = _shape(op.operands[0])
