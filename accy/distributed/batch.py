@@ -26,6 +26,7 @@ from typing import Any
 
 from accy.distributed.graph import (
     GraphBuilder,
+    InputLost,
     RefreshPlan,
     StageFailed,
     VariantRequest,
@@ -94,6 +95,8 @@ def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
     if isinstance(exc, StageFailed):
         f = exc.failure_json()
         f["stage"] = exc.stage or stage
+        if isinstance(exc, InputLost):
+            f["input_lost"] = True
         return f
     name = type(exc).__name__
     return {"pipeline": stage, "pass": "", "message": f"{name}: {exc}", "reproducer": None,
@@ -266,8 +269,25 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
 
     Variants that finish together are published in one compare-and-swap (each
     complete: a variant is published only when all its stages, its compile
-    and its load succeeded).
+    and its load succeeded). A variant whose resolved prefix turned out to be
+    neither held nor stored any more (pins released, a worker lost, the store
+    evicted it) is refreshed once more from its program: a cache tier that is
+    gone is a recompute, never a failure.
     """
+    first = _run_batch(client, variants, store_url, on_done, fresh=False)
+    lost = {o.id for o in first.outcomes if (o.failure or {}).get("input_lost")}
+    if not lost:
+        return first
+    again = _run_batch(client, [v for v in variants if v.id in lost], store_url, on_done,
+                       fresh=True)
+    redone = {o.id: o for o in again.outcomes}
+    return BatchResult([redone.get(o.id, o) for o in first.outcomes],
+                       first.wall_s + again.wall_s, first.distinct_tasks + again.distinct_tasks,
+                       again.version)
+
+
+def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
+               on_done: Callable[[VariantOutcome], None] | None, fresh: bool) -> BatchResult:
     from distributed import as_completed
 
     from accy.distributed import ensure_plugin
@@ -283,8 +303,8 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
 
     def finish(o: VariantOutcome) -> None:
         outcomes[o.id] = o
-        if on_done:
-            on_done(o)
+        if on_done and (fresh or not (o.failure or {}).get("input_lost")):
+            on_done(o)  # a variant refreshed again is reported when that ends
 
     todo: list[tuple[Variant, SemanticModule]] = []
     for v in variants:
@@ -313,6 +333,9 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     gpu = bool(answer.get("gpu_workers"))
     graph = GraphBuilder()
     for (v, mod), resolution in zip(todo, answer["results"]):
+        if fresh:  # what the published state pointed at is gone: recompute it all
+            resolution = {"resolved": [], "variant": resolution.get("variant"),
+                          "nearest": resolution.get("nearest")}
         plans.append(plan_refresh(client, mod, _request(v), resolution, store_url, gpu,
                                   graph, scattered))
     futures = graph.submit(client)  # one message: every task of the batch

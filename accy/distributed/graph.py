@@ -69,6 +69,16 @@ class StageFailed(AccyError):
                 "message": self.message, "reproducer": self.reproducer}
 
 
+class InputLost(StageFailed):
+    """The product a task was planned to read is neither held nor stored any more
+    (released pins, a lost worker, an evicted store entry): the batch refreshes
+    the variant again from its program."""
+
+    def __reduce__(self) -> Any:
+        return (InputLost, (self.message, self.stage, self.pipeline, self.pass_name,
+                            self.reproducer))
+
+
 @dataclass(frozen=True)
 class VariantRequest:
     """One refresh, as plain data (it rides in task specs)."""
@@ -131,7 +141,7 @@ def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
 
         result, why = read_stage_result(store, StageKey(producer, fields))
         if result is None:
-            raise StageFailed(f"the {fields.get('stage')} product {producer[:12]} the "
+            raise InputLost(f"the {fields.get('stage')} product {producer[:12]} the "
                               f"{stage_name} stage needs is neither held nor stored ({why}); "
                               "refresh again to recompute it", stage_name, stage_name)
         return result.product

@@ -1,0 +1,101 @@
+"""No refresh fails because a cache tier is gone: released pins fall back to the
+store, a missing store entry to recomputing, a store that cannot be written to a
+warning on the receipt; a store entry under the wrong key is never reused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from accy.distributed.batch import run_batch
+from accy.distributed.state import unpin
+from accy.sweep import Variant
+
+GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
+
+
+def _variant(name: str = "softmax", target: str = "host") -> Variant:
+    return Variant(str(GRAPHS / f"{name}.mlir"), target, {0: (8, 256)})
+
+
+def _ok(result) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    assert result.failed == 0, [o.failure for o in result.outcomes]
+    return {o.id: {r.stage: r for r in o.receipts} for o in result.outcomes}
+
+
+@pytest.mark.parametrize("target", ["host", "cuda:sm_90"])
+@pytest.mark.parametrize("with_store", [True, False])
+def test_a_variant_refreshes_again_after_its_pins_are_released(cluster, tmp_path, target,
+                                                               with_store):
+    _, client = cluster
+    store = str(tmp_path / "store") if with_store else None
+    v = _variant(target=target)
+    _ok(run_batch(client, [v], store_url=store))
+    unpin(client)  # every held product is gone from worker memory
+    got = _ok(run_batch(client, [v], store_url=store))[v.id]
+    if with_store:  # read back from the store, not recomputed
+        assert got["target"].reused and got["target"].source in ("cluster", "store")
+    else:  # nothing holds the products any more: they are recomputed
+        assert not got["contract"].reused
+
+
+def test_an_evicted_store_entry_is_recomputed(cluster, tmp_path):
+    _, client = cluster
+    store = tmp_path / "store"
+    v = _variant()
+    _ok(run_batch(client, [v], store_url=str(store)))
+    unpin(client)
+    shutil.rmtree(store)  # the store lost everything the published state points at
+    got = _ok(run_batch(client, [v], store_url=str(store)))[v.id]
+    assert got["compile"].key
+
+
+def test_a_store_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path, monkeypatch):
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import PreparationRequest
+    from accy.store import ArtifactStore
+
+    store = ArtifactStore(str(tmp_path / "store"))
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "put", refuse)
+    cache = FragmentCompilerCache(store=store)
+    update = cache.refresh_from_semantic_module(
+        SemanticModule.from_file(str(GRAPHS / "softmax.mlir")),
+        PreparationRequest(shapes={0: (8, 256)}))
+    ran = [r for r in update.report.receipts if not r.reused and r.stage != "load"]
+    assert ran and all("No space left" in (r.warning or "") for r in ran), ran
+
+
+def test_a_fragment_copied_over_another_key_is_not_reused(tmp_path):
+    """The swapped-entry attack: softmax must never run gelu_tanh's binary."""
+    import numpy as np
+
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import PreparationRequest
+    from accy.store import ArtifactStore
+
+    store_dir = tmp_path / "store"
+    req = PreparationRequest(shapes={0: (8, 4096)})
+
+    def refresh(name: str):  # type: ignore[no-untyped-def]
+        cache = FragmentCompilerCache(store=ArtifactStore(str(store_dir)))
+        return cache.refresh_from_semantic_module(
+            SemanticModule.from_file(str(GRAPHS / f"{name}.mlir")), req)
+
+    ka = refresh("softmax").report.receipt("compile").key
+    kb = refresh("gelu_tanh").report.receipt("compile").key
+    files = {p.name: p for p in store_dir.rglob("*") if p.is_file()}
+    files[ka].write_bytes(files[kb].read_bytes())  # an intact entry, another key's
+    again = refresh("softmax")
+    assert not again.report.receipt("compile").reused  # a miss: recompiled
+    x = np.random.default_rng(0).standard_normal((8, 4096)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    (y,) = again.fragment(x)
+    np.testing.assert_allclose(np.asarray(y), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
