@@ -235,7 +235,7 @@ class PassManager:
         self.record_bytes = record_bytes
         if verifier is None:
             from accy.choir.verifier import verify as verifier
-        self.verifier = verifier
+        self.verifier: Callable[[Operation], None] = verifier
 
     def _before(self, module: Operation, index: int) -> Operation:
         """``module`` (the pipeline's input) after the passes before pass ``index``."""

@@ -124,7 +124,7 @@ class StageDashboardPlugin(SchedulerPlugin):
             return {"publishes": 0, "publish_conflicts": 0, "pinned_keys": 0}
         return {"publishes": cache.stats["publishes"],
                 "publish_conflicts": cache.stats["conflicts"],
-                "pinned_keys": len(cache.pinned_keys)}
+                "pinned_keys": len(getattr(cache, "pinned_keys", ()))}
 
 
 def get_dashboard(scheduler: Any) -> StageDashboardPlugin | None:

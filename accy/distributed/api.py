@@ -54,7 +54,7 @@ def run(client: Any, outcome: VariantOutcome, *arrays: Any) -> list[Any]:
         raise AccyError(f"variant {outcome.id} did not refresh successfully")
     if outcome.compile_task is None:
         raise AccyError(f"variant {outcome.id} has no compiled fragment on the cluster")
-    compiled = Future(tuple(outcome.compile_task), client=client)
+    compiled: Future = Future(tuple(outcome.compile_task), client=client)
     desc = outcome.fragment or {}
     workers = client.scheduler_info(n_workers=-1)["workers"]
     cuda = not str(desc.get("target", "host")).startswith("host") if desc else \

@@ -76,7 +76,7 @@ class BatchResult:
 
     def report(self) -> dict[str, Any]:
         variants = [o.to_json() for o in self.outcomes]
-        s = summary(variants)
+        s: dict[str, Any] = dict(summary(variants))
         s["wall_s"] = round(self.wall_s, 3)
         s["distinct_tasks"] = self.distinct_tasks
         s["state_version"] = self.version

@@ -196,7 +196,7 @@ def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> A
     key = compile_key(job)  # type: ignore[arg-type]
     t0 = time.perf_counter_ns()
     stored, _ = read_back(store, key.hex, "fragment", CompiledFragment.from_wire,
-                          lambda c: check_fragment(c, key))
+                          functools.partial(check_fragment, key=key))
     if stored is not None:
         stored.elapsed_ns = time.perf_counter_ns() - t0
         stored.meta["origin"] = "store"

@@ -21,6 +21,7 @@ from accy.target.backend import backend_of
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,7 @@ class FragmentCompilerCache:
         source = "memory"
         if compiled is None:
             compiled, _ = read_back(self.store, key.hex, "fragment", CompiledFragment.from_wire,
-                                    lambda c: check_fragment(c, key))
+                                    functools.partial(check_fragment, key=key))
             source = "store"
         if compiled is not None:
             report.add(Receipt("compile", key.hex, True, time.perf_counter_ns() - t0,

@@ -56,7 +56,7 @@ def check_stage_result(result: StageResult, key: StageKey) -> str | None:
 
 
 def read_back(store: Any, key_hex: str, kind: str, decode: Callable[[bytes], T],
-              check: Callable[[T], str | None]) -> tuple[T | None, str | None]:
+              check: Callable[[Any], str | None]) -> tuple[T | None, str | None]:
     """The store's entry under ``key_hex``, decoded and checked: ``(value, None)``, or
     ``(None, why)`` on a miss. A broken or foreign entry is removed; no store error
     escapes (the store is a cache tier)."""
@@ -83,8 +83,11 @@ def read_back(store: Any, key_hex: str, kind: str, decode: Callable[[bytes], T],
 
 def read_stage_result(store: Any, key: StageKey) -> tuple[StageResult | None, str | None]:
     """A stage result from the store, admitted for ``key`` (its origin set to ``store``)."""
+    def check(r: StageResult) -> str | None:
+        return check_stage_result(r, key)
+
     result, why = read_back(store, key.hex, str(key.fields.get("stage")), StageResult.from_wire,
-                            lambda r: check_stage_result(r, key))
+                            check)
     if result is not None:
         result.origin = "store"
     return result, why

@@ -478,7 +478,8 @@ class MaterializeResults(Pass):
                 continue
             seen: set[Value] = set()
             for v in func.return_op.operands:
-                if isinstance(v, BlockArgument) or not isinstance(v.op, RegionOp) or v in seen:
+                if isinstance(v, BlockArgument) or not isinstance(getattr(v, "op", None), RegionOp) \
+                        or v in seen:
                     raise VerifyError("a function result is not a distinct dispatch output",
                                       func.return_op.loc)
                 seen.add(v)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from accy.choir.attributes import (
     ArrayAttr,
+    Attribute,
     DenseArrayAttr,
     IntegerAttr,
     StringAttr,
@@ -111,7 +112,7 @@ def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
     shape = tuple(region.iteration)
     out = []
     for i, arg in enumerate(region.body.args):
-        if tuple(arg.type.shape) != shape or not arg.uses:  # type: ignore[union-attr]
+        if tuple(arg.type.shape) != shape or not arg.uses:  # type: ignore[attr-defined]  # a tensor-typed value
             continue
         if all(u.op_name in IDENTITY_READERS or u.op_name == "prim.reduce"
                for u, _ in arg.uses):
@@ -195,7 +196,7 @@ class PlanKernels(Pass):
                     "cached_inputs": cached}
         # matmul
         mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
-        out = tuple(mm.results[0].type.shape)  # type: ignore[union-attr]
+        out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
         batch = math.prod(out[:-2]) if len(out) > 2 else 1
         m, n = out[-2], out[-1]
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
@@ -208,7 +209,7 @@ class PlanKernels(Pass):
 
     @staticmethod
     def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:
-        attrs: dict[str, object] = {
+        attrs: dict[str, Attribute] = {
             "kind": StringAttr(region.kind),
             "iteration": DenseArrayAttr(tuple(region.iteration)),
         }

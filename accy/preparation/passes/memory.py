@@ -137,7 +137,7 @@ def _reads_identically(region: RegionOp, arg_index: int) -> bool:
     """
     arg = region.body.args[arg_index]
     shape = tuple(region.iteration)
-    if tuple(arg.type.shape) != shape:  # type: ignore[union-attr]
+    if tuple(arg.type.shape) != shape:  # type: ignore[attr-defined]  # a tensor-typed value
         return False
     values: list[Value] = [arg]
     seen: set[int] = set()
@@ -249,7 +249,7 @@ class PlanBuffers(Pass):
               idx: int, donated: set[int]) -> Buffer | None:
         if region.kind not in ("elementwise", "rows"):
             return None
-        if tuple(out.type.shape) != tuple(region.iteration):  # type: ignore[union-attr]
+        if tuple(out.type.shape) != tuple(region.iteration):  # type: ignore[attr-defined]  # a tensor-typed value
             return None
         for i, v in enumerate(region.operands):
             b = buf_of[v]

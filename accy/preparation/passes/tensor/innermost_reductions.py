@@ -92,7 +92,7 @@ class InnermostReductions(Pass):
             x = b.transpose(x, kept + ordered)
             ctx.stat("transposed")
         kept_shape = tuple(t.shape[i] for i in kept)
-        rows = b.reshape(x, kept_shape + (math.prod(t.shape[a] for a in ordered),))  # type: ignore[misc]
+        rows = b.reshape(x, kept_shape + (math.prod(t.shape[a] for a in ordered),))  # type: ignore[misc,arg-type]  # static shapes: no None dims
         reduced = b.op(op.op_name, [rows], attributes={
             "axes": DenseArrayAttr((len(kept),)), "keepdims": BoolAttr(True)})
         assert isinstance(op.declared, TensorType)
