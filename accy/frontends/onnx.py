@@ -970,7 +970,8 @@ def _depth_space(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     nb, c, h, w = s  # type: ignore[misc]
     if n.op_type == "SpaceToDepth":
         y = imp.reshape(x, (nb, c, h // b, b, w // b, b))
-        y = imp.transpose(y, (0, 3, 5, 1, 2, 4))
+        crd = n.get("mode", "DCR") == "CRD"  # SpaceToDepth has a mode from opset 28
+        y = imp.transpose(y, (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
         return [imp.reshape(y, (nb, c * b * b, h // b, w // b))]
     if n.get("mode", "DCR") == "DCR":
         y = imp.reshape(x, (nb, b, b, c // (b * b), h, w))

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto  # noqa: E402
+from onnx import TensorProto, numpy_helper  # noqa: E402
 from onnx import helper as h  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
 
 from accy.errors import FrontendError  # noqa: E402
 from accy.frontends.onnx import import_onnx  # noqa: E402

@@ -8,9 +8,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto  # noqa: E402
+from onnx import TensorProto, numpy_helper  # noqa: E402
 from onnx import helper as h  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
 
 from accy.executable.cache import FragmentCompilerCache  # noqa: E402
 from accy.frontends.onnx import import_onnx  # noqa: E402
