@@ -154,8 +154,15 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
                 shapes: Mapping[int, tuple[int, ...]] | None = None, *,
                 reference: bool = False) -> list[str]:
     """Run the program on ``.npy`` inputs; write ``resultN.npy`` files; return their paths."""
-    sm = load_program(path)
     arrays = load_inputs(inputs)
+    from accy.frontends import is_frontend_file
+
+    if is_frontend_file(path):  # one --input per graph input; shape inputs bind at import
+        from accy.frontends.onnx import import_onnx_with_inputs
+
+        sm, arrays = import_onnx_with_inputs(path, arrays)
+    else:
+        sm = load_program(path)
     if reference:
         from accy.reference import run_reference
 

@@ -110,6 +110,24 @@ def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, ta
         click.echo(p)
 
 
+@cli.command(name="import")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Write the semantic module here instead of standard output.")
+@click.option("--debuginfo", is_flag=True, help="Print loc(...) on every op (the ONNX node).")
+def import_(model: str, output: str | None, debuginfo: bool) -> None:
+    """Import an ONNX MODEL and print its semantic module (MLIR generic form)."""
+    from accy.frontends.onnx import import_onnx
+
+    text = import_onnx(model).text(debuginfo)
+    if output:
+        from accy.files import write_atomic
+
+        write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
+
+
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @_shared

@@ -94,3 +94,8 @@ class StoreError(AccyError):
 
 class SweepError(AccyError):
     """A sweep file is malformed."""
+
+
+class FrontendError(AccyError):
+    """A model from another front end (ONNX) that does not import: an unsupported op,
+    dtype or opset, or a malformed graph; names the node."""

@@ -1,0 +1,29 @@
+"""Sources of semantic modules other than choir text.
+
+:mod:`accy.frontends.onnx` imports an ONNX ``ModelProto`` (or ``.onnx`` file)
+onto today's ``semantic`` ops; it needs the optional ``onnx`` package
+(``pip install 'accy[onnx]'``) and is imported lazily, so ``import accy``
+never imports ``onnx``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accy.preparation.products import SemanticModule
+
+
+def load_model_file(path: str, **kwargs: Any) -> SemanticModule:
+    """The verified semantic module of a front-end file (today: ``*.onnx``)."""
+    from accy.frontends.onnx import import_onnx
+
+    return import_onnx(path, **kwargs)
+
+
+def is_frontend_file(path: str) -> bool:
+    """Whether ``path`` names a model a front end reads (by its suffix)."""
+    return str(path).lower().endswith(".onnx")
+
+
+__all__ = ["is_frontend_file", "load_model_file"]
