@@ -39,7 +39,7 @@ from accy.choir.attributes import (
     float_from_bits,
     numpy_dtype,
 )
-from accy.choir.lexer import MAX_DEPTH, Lexer, int_literal
+from accy.choir.lexer import MAX_DEPTH, Lexer, int_literal, shorten
 from accy.choir.lexer import NUMBER as _NUMBER
 from accy.choir.lexer import SUFFIX_ID as _SUFFIX_ID
 from accy.choir.location import UNKNOWN, Location
@@ -51,7 +51,7 @@ _BAD_DIM = re.compile(r"[^x>]*")
 MAX_DIM = (1 << 63) - 1
 """Largest tensor dimension (and element count) choir accepts: int64, as in MLIR."""
 _LOC_DEF = re.compile(r"^#([A-Za-z0-9_$.\-]+)\s*=\s*loc\((.*)\)\s*$", re.M)
-_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":([0-9]{1,18}):([0-9]{1,18})')
 
 
 class AttrParser(Lexer):
@@ -60,10 +60,11 @@ class AttrParser(Lexer):
     def __init__(self, text: str, file: str = "<string>") -> None:
         super().__init__(text, file)
         self.loc_aliases: dict[str, Location] = {}
-        self.alias_spans: list[tuple[int, int]] = []
+        self.alias_ends: dict[int, int] = {}
+        """Start -> end of each ``#name = loc(…)`` definition line."""
         for m in _LOC_DEF.finditer(text):
             self.loc_aliases[m.group(1)] = self._loc_from_text(m.group(2))
-            self.alias_spans.append((m.start(), m.end()))
+            self.alias_ends[m.start()] = m.end()
 
     # -------------------------------------------------------------------- types
     def parse_type(self) -> Type:
@@ -252,7 +253,7 @@ class AttrParser(Lexer):
         if t.is_float:
             return FloatAttr(self._float_value(text, t, pos), t)
         if is_float_text:
-            raise self.error(f"integer type {t} given a float value {text}", pos)
+            raise self.error(f"integer type {t} given a float value {shorten(text)}", pos)
         if t.name == "i1":
             return BoolAttr(bool(self._int_in_range(text, t, pos)))
         return IntegerAttr(self._int_in_range(text, t, pos), t)
@@ -261,14 +262,14 @@ class AttrParser(Lexer):
         """An integer literal that fits ``t`` (signed or unsigned, as MLIR accepts)."""
         value = int_literal(text)
         if value is None or not -(1 << (t.bits - 1)) <= value < (1 << t.bits):
-            raise self.error(f"integer {text} does not fit in {t}", pos)
+            raise self.error(f"integer {shorten(text)} does not fit in {t}", pos)
         return value
 
     def _float_value(self, text: str, t: ScalarType, pos: int) -> float:
         if text.lower().lstrip("-+").startswith("0x"):
             bits = int_literal(text.lstrip("+"))
             if text.startswith("-") or bits is None or bits >= 1 << t.bits:
-                raise self.error(f"hex float {text} is not a {t} bit pattern", pos)
+                raise self.error(f"hex float {shorten(text)} is not a {t} bit pattern", pos)
             return float_from_bits(bits, t)  # NaN payloads kept
         return float(text)
 
@@ -438,7 +439,7 @@ class AttrParser(Lexer):
         if el.is_float:
             return self._float_value(text, el, pos)
         if "." in text or ("e" in text.lower() and not text.lower().startswith("0x")):
-            raise self.error(f"float value {text} in an integer dense attribute", pos)
+            raise self.error(f"float value {shorten(text)} in an integer dense attribute", pos)
         value = self._int_in_range(text, el, pos)
         if el.bits > 1 and value >= 1 << (el.bits - 1):  # stored as bits: 255 : i8 is -1
             value -= 1 << el.bits

@@ -39,6 +39,11 @@ def int_literal(text: str) -> int | None:
     return int(text, 16) if is_hex else int(text, 10)
 
 
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for an error message."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 class Lexer:
     """Scans one source text; every error carries ``file:line:col``."""
 
@@ -95,7 +100,7 @@ class Lexer:
         if self.pos >= len(self.text):
             return "end of file"
         m = IDENT.match(self.text, self.pos) or NUMBER.match(self.text, self.pos)
-        return repr(m.group(0)) if m else repr(self.text[self.pos])
+        return repr(shorten(m.group(0))) if m else repr(self.text[self.pos])
 
     def ident(self, what: str = "identifier") -> str:
         self.skip()
@@ -165,7 +170,7 @@ class Lexer:
         start = self.pos
         text = self.number()
         if "." in text or ("e" in text.lower() and not text.lower().startswith(("0x", "-0x"))):
-            raise self.error(f"expected {what}, found {text!r}", start)
+            raise self.error(f"expected {what}, found {shorten(text)!r}", start)
         return self.int_value(text, start)
 
     def int_value(self, text: str, pos: int) -> int:

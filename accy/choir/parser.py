@@ -41,9 +41,9 @@ class Parser(AttrParser):
             self.skip()
             if self.pos >= len(self.text):
                 break
-            span = next((s for s in self.alias_spans if s[0] == self.pos), None)
-            if span is not None:
-                self.pos = span[1]
+            end = self.alias_ends.get(self.pos)
+            if end is not None:
+                self.pos = end
                 continue
             if self.peek("#"):
                 raise self.error("unsupported attribute alias definition")
@@ -72,7 +72,11 @@ class Parser(AttrParser):
                 name = self.value_name()
                 count = 1
                 if self.accept(":"):
+                    self.skip()
+                    cpos = self.pos
                     count = self.integer("result count")
+                    if count < 1:
+                        raise self.error("a result group needs at least one result", cpos)
                 results.append((name, count, rpos))
                 if not self.accept(","):
                     break
