@@ -18,6 +18,7 @@ from accy.errors import ParseError
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$.\-]*")
 SUFFIX_ID = re.compile(r"[A-Za-z0-9_$.\-]+")
 NUMBER = re.compile(r"[-+]?(0x[0-9A-Fa-f]+|[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)")
+_BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*(?:\n|$))*")
 HEX_BYTE = re.compile(r"[0-9A-Fa-f]{2}")
 MAX_DEPTH = 200
 """Deepest nesting of ops, regions, types, attributes and dense literals."""
@@ -69,16 +70,8 @@ class Lexer:
         return ParseError(message, self.location(pos))
 
     def skip(self) -> None:
-        text, n = self.text, len(self.text)
-        while self.pos < n:
-            c = text[self.pos]
-            if c in " \t\r\n":
-                self.pos += 1
-            elif text.startswith("//", self.pos):
-                nl = text.find("\n", self.pos)
-                self.pos = n if nl < 0 else nl + 1
-            else:
-                break
+        """Move past whitespace and ``//`` comments."""
+        self.pos = _BLANK.match(self.text, self.pos).end()  # type: ignore[union-attr]
 
     def peek(self, s: str) -> bool:
         self.skip()

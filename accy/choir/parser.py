@@ -16,6 +16,8 @@ Example
 
 from __future__ import annotations
 
+import gc
+
 from accy.choir.attr_parser import AttrParser
 from accy.choir.attributes import Attribute, FunctionType
 from accy.choir.builtin import ModuleOp
@@ -224,8 +226,19 @@ class Parser(AttrParser):
         return region
 
 def parse_module(text: str, file: str = "<string>") -> ModuleOp:
-    """Parse one program (a ``builtin.module``, or top-level ops wrapped in one)."""
-    return Parser(text, file).parse_toplevel()
+    """Parse one program (a ``builtin.module``, or top-level ops wrapped in one).
+
+    Time is linear in the text: the cyclic garbage collector is paused while
+    the (acyclic-until-linked) IR is built, as its passes over a growing heap
+    would make a large program quadratic.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Parser(text, file).parse_toplevel()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_file(path: str) -> ModuleOp:
