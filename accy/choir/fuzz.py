@@ -142,11 +142,44 @@ TOKENS = (
 )
 
 
+VALUES = (
+    "0x7FC00001 : f32", "0x7F800001 : f32", "0xFFF8000000000123 : f64", "0x7E01 : f16",
+    "0x7FC1 : bf16", "-0.0 : f32", "1.0e-45 : f32", "65504.0 : f16", "3.4e38 : bf16", "1e400",
+    "9223372036854775807 : i64", "18446744073709551615 : i64", "-128 : i8", "255 : i8",
+    "true", "false : i1", "1 : i1", "unit", "@sym", '@"quoted sym"', '"caf\\C3\\A9"',
+    '"\\00\\01\\7F\\C2\\85"', '"tab\\tnl\\n q\\" bs\\\\"', '"€ ٣ ²"', "array<i64>",
+    "array<i32: -1, 2147483647>", "array<i1: true>", "[1, [2.5, [\"x\"]]]", "{a, b = @x, c = {}}",
+    "dense<[1, -2, 9223372036854775807]> : tensor<3xindex>", "dense<> : tensor<0x3xf32>",
+    "dense<[[], []]> : tensor<2x0xi32>", 'dense<"0x0000803F"> : tensor<1000000xf32>',
+    'dense<"0x0000C07F0100C07F"> : tensor<2xf32>', 'dense<"0x01"> : tensor<3xi1>',
+    "dense<[0x7FC00001, -0.0, 1.0e-45]> : tensor<3xf32>", "dense<0x7E01> : tensor<2x2xf16>",
+    "dense<[true, false]> : tensor<2xi1>", "dense<1.5> : tensor<100000x100000xbf16>",
+    "dense<[[1, 2], [3, 4]]> : tensor<2x2xi8>", "dense<255> : tensor<4xi8>", "tensor<4xindex>",
+    "tensor<?x0x9223372036854775807xi1>", "(tensor<f32>) -> (tensor<f32>, none)", "!x.y<a<b>>",
+    "none", "index", "f64",
+)
+
+
+def _substitute_value(text: str, rng: random.Random) -> str:
+    """Replace one attribute value (after ``= `` up to its ``,`` or ``}``) with a literal."""
+    starts = [k + 3 for k in range(len(text) - 3) if text.startswith(" = ", k)
+              and text[k + 3:k + 4] != '"' or False]
+    if not starts:
+        return text
+    a = rng.choice(starts)
+    b = a
+    while b < len(text) and text[b] not in ",}\n":
+        b += 1
+    return text[:a] + rng.choice(VALUES) + text[b:]
+
+
 def _mutate_text(text: str, rng: random.Random, seeds: Sequence[str]) -> str:
     n = len(text)
     i = rng.randrange(n + 1)
     j = min(n, i + rng.choice((1, 1, 2, 4, 16, 64, 256)))
-    kind = rng.randrange(7)
+    kind = rng.randrange(9)
+    if kind >= 7:  # a valid but unusual attribute value in place of a real one
+        return _substitute_value(text, rng)
     if kind == 0:  # flip a character
         c = rng.choice('()[]{}<>:,%#^@!"\\=-x?0123456789.eE+ \nabcfi') if rng.random() < .9 \
             else chr(rng.randrange(0x80, 0x3000))

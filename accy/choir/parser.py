@@ -7,6 +7,14 @@ float spellings (``9.99999974E-6``, hex bit patterns) and dense elements in
 nested-list, splat and hex-blob forms. Every error is a ``ParseError`` with
 ``file:line:col``.
 
+Limits, each a ``ParseError`` at the offending text: nesting of ops, types,
+attributes and dense literals deeper than ``lexer.MAX_DEPTH`` (200); integers
+that do not fit their type (an untyped integer is an i64); tensor dims (and
+element counts) past int64, or written with other than ASCII digits; dense
+constants past ``attributes.MAX_DENSE_ELEMENTS`` values (splats: their shape
+past ``MAX_SPLAT_ELEMENTS``). Parsing is linear in the text (locations come
+from a line-start table).
+
 Example
 -------
 >>> m = parse_module('"builtin.module"() ({\\n}) : () -> ()', "x.mlir")

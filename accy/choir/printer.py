@@ -112,8 +112,9 @@ def _dense_body(attr: DenseElementsAttr) -> str:
     shape = attr.type.shape
     if attr.splat or not shape:
         return _dense_texts(attr)[0] if attr.data.size else ""
-    if attr.data.size == 0 and math.prod(shape[:-1]) > (1 << 16):  # type: ignore[arg-type]
-        return ""  # MLIR's ``dense<>`` for an empty tensor with many empty rows
+    if attr.data.size == 0 and (shape.index(0) < len(shape) - 1
+                                or math.prod(shape[:-1]) > (1 << 16)):  # type: ignore[arg-type]
+        return ""  # MLIR's ``dense<>``: nested ``[]`` cannot spell 0x3, or would be huge
     items = _dense_texts(attr)
     for level in range(len(shape) - 1, -1, -1):  # innermost first: no recursion on the rank
         n = shape[level]

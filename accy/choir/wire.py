@@ -6,6 +6,14 @@ reads it back, strictly and within bounds: any malformed, truncated, oversized
 or too deeply nested input raises :class:`~accy.errors.WireFormatError`. There
 is no pickle on this path.
 
+Dense constants travel as their raw little-endian values: a splat as its one
+value (never its full shape), anything else decoded by NumPy as a view of the
+payload (no per-element Python objects). The limits — ``MAX_BYTES`` of input,
+``MAX_DEPTH`` of nesting, ``MAX_OPS`` operations, ``MAX_DENSE_ELEMENTS``
+values in a non-splat constant and ``MAX_SPLAT_ELEMENTS`` in a splat's shape,
+int64 dims, integers that fit their type — are checked before anything is
+allocated for them.
+
 ``fingerprint(op)`` is a 128-bit BLAKE2b of the *canonical* form: the same
 encoding with values numbered by definition order (so SSA names do not
 matter), attributes sorted, and locations left out.
@@ -62,6 +70,7 @@ MAX_BYTES = 1 << 30
 MAX_DEPTH = 64
 MAX_OPS = 1_000_000
 MAX_ELEMENTS = MAX_DENSE_ELEMENTS
+"""Most values of a non-splat dense constant (see ``attributes.MAX_DENSE_ELEMENTS``)."""
 MAX_DIM = (1 << 63) - 1
 
 

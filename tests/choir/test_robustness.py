@@ -313,4 +313,5 @@ def test_a_deep_rank_constant_prints_without_recursion() -> None:
 def test_empty_tensors_read_back() -> None:
     assert "dense<[[], [], []]> : tensor<3x0xf32>" in roundtrip(
         attr_module("dense<> : tensor<3x0xf32>"))
-    assert "dense<[]> : tensor<0x4xf32>" in roundtrip(attr_module("dense<> : tensor<0x4xf32>"))
+    assert "dense<> : tensor<0x4xf32>" in roundtrip(attr_module("dense<[]> : tensor<0x4xf32>"))
+    assert "dense<[]> : tensor<0xf32>" in roundtrip(attr_module("dense<> : tensor<0xf32>"))
