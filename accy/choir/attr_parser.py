@@ -9,7 +9,6 @@ Example
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -146,8 +145,8 @@ class AttrParser(Lexer):
             bad = _BAD_DIM.match(text, i)
             if text.find(">", i) < 0:
                 raise self.error("unterminated tensor type")
-            raise self.error(f"bad tensor dimension '{bad.group(0).strip() if bad else ''}'",
-                             pos)
+            found = shorten(bad.group(0).strip()) if bad else ""
+            raise self.error(f"bad tensor dimension '{found}'", pos)
         el = m.group(1)
         if m.group(2) == ",":
             raise self.error("tensor encodings are not supported", pos)
@@ -158,8 +157,11 @@ class AttrParser(Lexer):
                 raise self.error("unterminated tensor type")
             raise self.error(f"expected '>' to end the tensor type, found "
                              f"{text[m.end(1):m.end(1) + 1]!r}", m.end(1))
-        if None not in dims and math.prod(dims) > MAX_DIM:  # type: ignore[arg-type]
-            raise self.error("tensor type has more elements than fit in int64", pos)
+        count = 1
+        for d in dims if None not in dims else ():  # stops at the first overflow
+            count *= d  # type: ignore[operator]
+            if count > MAX_DIM:
+                raise self.error("tensor type has more elements than fit in int64", pos)
         self.pos = m.end()
         return TensorType(tuple(dims), ScalarType(el))
 

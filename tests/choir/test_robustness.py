@@ -315,3 +315,11 @@ def test_empty_tensors_read_back() -> None:
         attr_module("dense<> : tensor<3x0xf32>"))
     assert "dense<> : tensor<0x4xf32>" in roundtrip(attr_module("dense<[]> : tensor<0x4xf32>"))
     assert "dense<[]> : tensor<0xf32>" in roundtrip(attr_module("dense<> : tensor<0xf32>"))
+
+
+def test_a_huge_rank_reads_in_linear_time() -> None:
+    start = time.perf_counter()
+    ty = "tensor<" + "2x" * 100_000 + "f32>"
+    expect_parse_error(attr_module(ty), "more elements than fit in int64", 2, COL)
+    assert roundtrip(attr_module("tensor<" + "1x" * 100_000 + "?xf32>")).count("1x") == 100_000
+    assert time.perf_counter() - start < 5
