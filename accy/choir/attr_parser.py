@@ -10,11 +10,11 @@ Example
 from __future__ import annotations
 
 import re
-import struct
 
 import numpy as np
 
 from accy.choir.attributes import (
+    I64,
     SCALAR_NAMES,
     ArrayAttr,
     Attribute,
@@ -34,16 +34,23 @@ from accy.choir.attributes import (
     Type,
     TypeAttr,
     UnitAttr,
+    dense_limit,
+    float_from_bits,
     numpy_dtype,
 )
+from accy.choir.lexer import MAX_DEPTH, Lexer, int_literal, shorten
 from accy.choir.lexer import NUMBER as _NUMBER
 from accy.choir.lexer import SUFFIX_ID as _SUFFIX_ID
-from accy.choir.lexer import Lexer
-from accy.choir.lexer import int_literal as _int
 from accy.choir.location import UNKNOWN, Location
+from accy.errors import ParseError
 
+_DIM = re.compile(r" *(\?|[0-9]+) *x")
+_ELEMENT = re.compile(r" *([A-Za-z_][A-Za-z0-9_]*) *([,>]?)")
+_BAD_DIM = re.compile(r"[^x>]*")
+MAX_DIM = (1 << 63) - 1
+"""Largest tensor dimension (and element count) choir accepts: int64, as in MLIR."""
 _LOC_DEF = re.compile(r"^#([A-Za-z0-9_$.\-]+)\s*=\s*loc\((.*)\)\s*$", re.M)
-_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":([0-9]{1,18}):([0-9]{1,18})')
 
 
 class AttrParser(Lexer):
@@ -52,13 +59,21 @@ class AttrParser(Lexer):
     def __init__(self, text: str, file: str = "<string>") -> None:
         super().__init__(text, file)
         self.loc_aliases: dict[str, Location] = {}
-        self.alias_spans: list[tuple[int, int]] = []
+        self.alias_ends: dict[int, int] = {}
+        """Start -> end of each ``#name = loc(…)`` definition line."""
         for m in _LOC_DEF.finditer(text):
             self.loc_aliases[m.group(1)] = self._loc_from_text(m.group(2))
-            self.alias_spans.append((m.start(), m.end()))
+            self.alias_ends[m.start()] = m.end()
 
     # -------------------------------------------------------------------- types
     def parse_type(self) -> Type:
+        self._enter()
+        try:
+            return self._parse_type()
+        finally:
+            self.depth -= 1
+
+    def _parse_type(self) -> Type:
         self.skip()
         pos = self.pos
         if self.accept("("):
@@ -106,27 +121,48 @@ class AttrParser(Lexer):
         raise self.error(f"unsupported type '{name}'", pos)
 
     def tensor_body(self, pos: int) -> TensorType:
-        if not self.text.startswith("<", self.pos):
+        """``<D0xD1x…xT>`` after ``tensor``: ASCII-digit or ``?`` dims that fit int64."""
+        text = self.text
+        if not text.startswith("<", self.pos):
             raise self.error("expected '<' after 'tensor'")
-        end = self.text.find(">", self.pos)
-        if end < 0:
-            raise self.error("unterminated tensor type")
-        body = self.text[self.pos + 1:end]
-        parts = body.replace(" ", "").split("x")
-        if "," in body:
-            raise self.error("tensor encodings are not supported", pos)
-        el = parts[-1]
-        if el not in SCALAR_NAMES:
-            raise self.error(f"unsupported tensor element type '{el}'", pos)
+        i = self.pos + 1
         dims: list[int | None] = []
-        for d in parts[:-1]:
+        while True:
+            m = _DIM.match(text, i)
+            if m is None:
+                break
+            d = m.group(1)
             if d == "?":
                 dims.append(None)
-            elif d.isdigit():
-                dims.append(int(d))
             else:
-                raise self.error(f"bad tensor dimension '{d}'", pos)
-        self.pos = end + 1
+                digits = d.lstrip("0")
+                if len(digits) > 19 or int(d) > MAX_DIM:
+                    raise self.error(f"tensor dimension {d} does not fit in int64", pos)
+                dims.append(int(d))
+            i = m.end()
+        m = _ELEMENT.match(text, i)
+        if m is None or not m.group(1):
+            bad = _BAD_DIM.match(text, i)
+            if text.find(">", i) < 0:
+                raise self.error("unterminated tensor type")
+            found = shorten(bad.group(0).strip()) if bad else ""
+            raise self.error(f"bad tensor dimension '{found}'", pos)
+        el = m.group(1)
+        if m.group(2) == ",":
+            raise self.error("tensor encodings are not supported", pos)
+        if el not in SCALAR_NAMES:
+            raise self.error(f"unsupported tensor element type '{el}'", pos)
+        if m.group(2) != ">":
+            if text.find(">", i) < 0:
+                raise self.error("unterminated tensor type")
+            raise self.error(f"expected '>' to end the tensor type, found "
+                             f"{text[m.end(1):m.end(1) + 1]!r}", m.end(1))
+        count = 1
+        for d in dims if None not in dims else ():  # stops at the first overflow
+            count *= d  # type: ignore[operator]
+            if count > MAX_DIM:
+                raise self.error("tensor type has more elements than fit in int64", pos)
+        self.pos = m.end()
         return TensorType(tuple(dims), ScalarType(el))
 
     # --------------------------------------------------------------- attributes
@@ -215,36 +251,28 @@ class AttrParser(Lexer):
         if t is None:
             if is_float_text:
                 return FloatAttr(float(text), ScalarType("f64"))
-            return IntegerAttr(_int(text))
+            return IntegerAttr(self._int_in_range(text, I64, pos))
         if t.is_float:
             return FloatAttr(self._float_value(text, t, pos), t)
         if is_float_text:
-            raise self.error(f"integer type {t} given a float value {text}", pos)
+            raise self.error(f"integer type {t} given a float value {shorten(text)}", pos)
         if t.name == "i1":
             return BoolAttr(bool(self._int_in_range(text, t, pos)))
         return IntegerAttr(self._int_in_range(text, t, pos), t)
 
     def _int_in_range(self, text: str, t: ScalarType, pos: int) -> int:
         """An integer literal that fits ``t`` (signed or unsigned, as MLIR accepts)."""
-        value = _int(text)
-        if not -(1 << (t.bits - 1)) <= value < (1 << t.bits):
-            raise self.error(f"integer {text} does not fit in {t}", pos)
+        value = int_literal(text)
+        if value is None or not -(1 << (t.bits - 1)) <= value < (1 << t.bits):
+            raise self.error(f"integer {shorten(text)} does not fit in {t}", pos)
         return value
 
     def _float_value(self, text: str, t: ScalarType, pos: int) -> float:
         if text.lower().lstrip("-+").startswith("0x"):
-            bits = int(text, 16)
-            if text.startswith("-") or bits >= 1 << t.bits:
-                raise self.error(f"hex float {text} is not a {t} bit pattern", pos)
-            if t.name == "f64":
-                return struct.unpack("<d", struct.pack("<Q", bits))[0]
-            if t.name == "f32":
-                return struct.unpack("<f", struct.pack("<I", bits))[0]
-            if t.name == "f16":
-                return float(np.array(bits, dtype=np.uint16).view(np.float16))
-            if t.name == "bf16":
-                return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
-            raise self.error(f"hex float for type {t}", pos)
+            bits = int_literal(text.lstrip("+"))
+            if text.startswith("-") or bits is None or bits >= 1 << t.bits:
+                raise self.error(f"hex float {shorten(text)} is not a {t} bit pattern", pos)
+            return float_from_bits(bits, t)  # NaN payloads kept
         return float(text)
 
     def dense_array(self) -> DenseArrayAttr:
@@ -272,13 +300,13 @@ class AttrParser(Lexer):
         self.expect("<", "'<' after 'dense'")
         self.skip()
         body_pos = self.pos
-        raw: object
+        hex_blob: str | None = None
+        flat: list[object] = []
+        shape: tuple[int, ...] = (0,)
         if self.peek('"'):
-            raw = ("hex", self.string())
-        elif self.peek(">"):
-            raw = ("list", [])
-        else:
-            raw = ("list", self._dense_literal())
+            hex_blob = self.string()
+        elif not self.peek(">"):
+            flat, shape = self._dense_literal()
         self.expect(">", "'>' to end 'dense<…>'")
         self.expect(":", "':' and the type of the dense elements")
         self.skip()
@@ -288,66 +316,123 @@ class AttrParser(Lexer):
             raise self.error("dense elements need a static tensor type", tpos)
         el = t.element
         n = t.num_elements
-        if raw[0] == "hex":
-            blob = raw[1]
-            if not blob.lower().startswith("0x"):
-                raise self.error("expected a hex string '0x…' in dense elements", body_pos)
-            try:
-                data = bytes.fromhex(blob[2:])
-            except ValueError:
-                raise self.error("malformed hex in dense elements", body_pos) from None
-            dtype = numpy_dtype(el) if el.name not in ("bf16", "i1") else None
-            if el.name == "bf16":
-                arr = (np.frombuffer(data, dtype=np.uint16).astype(np.uint32) << 16).view(
-                    np.float32)
-            elif el.name == "i1":  # MLIR packs i1 eight to a byte, first value lowest
-                bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
-                arr = bits[:n].astype(bool) if bits.size >= n else bits[:1].astype(bool)
-            else:
-                if len(data) % dtype.itemsize:  # type: ignore[union-attr]
-                    raise self.error(f"hex dense elements of {len(data)} bytes do not hold "
-                                     f"whole {el} values", body_pos)
-                arr = np.frombuffer(data, dtype=dtype)  # type: ignore[arg-type]
-            if arr.size not in (1, n):
-                raise self.error(f"hex dense elements hold {arr.size} values, type needs {n}",
-                                 body_pos)
-            return DenseElementsAttr(t, tuple(v.item() for v in arr), splat=arr.size == 1 and n != 1)
-        flat, shape = self._flatten(raw[1], body_pos)
-        if shape == () or (len(flat) == 1 and shape == ()):
-            return DenseElementsAttr(t, tuple(self._dense_value(v, el, body_pos) for v in flat),
+        if hex_blob is not None:
+            arr = self._dense_hex(hex_blob, el, n, body_pos)
+            self._check_count(n, arr.size == 1 and n != 1, start)
+            return DenseElementsAttr(t, arr, splat=arr.size == 1 and n != 1)
+        if not flat and n == 0:  # ``dense<>`` / ``[]`` / ``[[], []]`` of an empty tensor
+            return DenseElementsAttr(t, np.zeros(0, numpy_dtype(el)))
+        if shape == ():
+            self._check_count(n, n != 1, start)
+            return DenseElementsAttr(t, [self._dense_value(v, el, body_pos) for v in flat],
                                      splat=n != 1)
         if tuple(shape) != tuple(t.shape):
             raise self.error(f"dense literal has shape {list(shape)} but its type is {t}", start)
-        return DenseElementsAttr(t, tuple(self._dense_value(v, el, body_pos) for v in flat))
+        return DenseElementsAttr(t, [self._dense_value(v, el, body_pos) for v in flat])
 
-    def _dense_literal(self) -> object:
+    def _check_count(self, n: int, splat: bool, pos: int) -> None:
+        """Reject a constant past its element limit, before anything is allocated."""
+        limit = dense_limit(splat)
+        if n > limit:
+            kind = "a splat" if splat else "a non-splat constant"
+            raise self.error(f"dense elements of {n} values exceed the limit of {limit} for "
+                             f"{kind}", pos)
+
+    def _dense_hex(self, blob: str, el: ScalarType, n: int, pos: int) -> np.ndarray:
+        """The values of a ``"0x…"`` blob: one (a splat) or ``n``, little-endian."""
+        if not blob.lower().startswith("0x"):
+            raise self.error("expected a hex string '0x…' in dense elements", pos)
+        try:
+            data = bytes.fromhex(blob[2:])
+        except ValueError:
+            raise self.error("malformed hex in dense elements", pos) from None
+        if el.name == "i1":  # MLIR packs i1 eight to a byte, first value lowest
+            if len(data) not in (1, (n + 7) // 8):
+                raise self.error(f"hex dense elements of {len(data)} bytes do not hold {n} "
+                                 f"i1 values", pos)
+            bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+            return bits[:n].astype(bool) if len(data) > 1 or n <= 8 else bits[:1].astype(bool)
+        size = 2 if el.name == "bf16" else numpy_dtype(el).itemsize
+        if len(data) % size:
+            raise self.error(f"hex dense elements of {len(data)} bytes do not hold whole {el} "
+                             f"values", pos)
+        if len(data) // size not in (1, n):
+            raise self.error(f"hex dense elements hold {len(data) // size} values, type needs "
+                             f"{n}", pos)
+        if el.name == "bf16":
+            return (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        return np.frombuffer(data, dtype=numpy_dtype(el).newbyteorder("<"))
+
+    def _dense_literal(self) -> tuple[list[object], tuple[int, ...]]:
+        """A scalar or nested list, read iteratively: (flat tokens, shape; ``()`` for a scalar)."""
         self.skip()
-        if self.accept("["):
-            items = []
-            if not self.accept("]"):
-                while True:
-                    items.append(self._dense_literal())
-                    if self.accept("]"):
-                        break
-                    self.expect(",", "',' or ']' in dense elements")
-            return items
+        if not self.peek("["):
+            return [self._dense_token()], ()
+        lit_pos = self.pos
+        flat: list[object] = []
+        dims: dict[int, int] = {}  # the length of the lists at each level, fixed by the first
+        counts: list[int] = []  # items so far in each open list
+        leaf_level: int | None = None
+        deepest = 0  # the deepest level a list was opened at
+
+        def ragged() -> ParseError:
+            return self.error("ragged dense literal", lit_pos)
+
+        def open_list() -> None:
+            nonlocal deepest
+            deepest = max(deepest, len(counts))
+            if len(counts) >= MAX_DEPTH:
+                raise self.error("nesting too deep")
+            if leaf_level is not None and len(counts) >= leaf_level:
+                raise ragged()
+            counts.append(0)
+
+        def close_list() -> bool:
+            """Close the innermost list; True once the outermost one is closed."""
+            n, level = counts.pop(), len(counts)
+            if dims.setdefault(level, n) != n:
+                raise ragged()
+            if counts:
+                counts[-1] += 1
+            return not counts
+
+        self.expect("[")
+        open_list()
+        while True:
+            if counts[-1] == 0 and self.accept("]"):  # an empty list
+                if close_list():
+                    break
+            elif self.accept("["):
+                open_list()
+                continue
+            else:
+                level = len(counts)
+                if leaf_level is None:
+                    if deepest >= level:  # a list was opened at this level
+                        raise ragged()
+                    leaf_level = level
+                elif level != leaf_level:
+                    raise ragged()
+                flat.append(self._dense_token())
+                counts[-1] += 1
+            done = False
+            while not self.accept(","):
+                self.expect("]", "',' or ']' in dense elements")
+                if close_list():
+                    done = True
+                    break
+            if done:
+                break
+        if leaf_level is not None and leaf_level != len(dims):
+            raise ragged()
+        return flat, tuple(dims[i] for i in range(len(dims)))
+
+    def _dense_token(self) -> object:
         name = self.peek_ident()
         if name in ("true", "false"):
             self.pos += len(name)
             return name == "true"
         return self.number()
-
-    def _flatten(self, lit: object, pos: int) -> tuple[list[object], tuple[int, ...]]:
-        if not isinstance(lit, list):
-            return [lit], ()
-        if not lit:
-            return [], (0,)
-        parts = [self._flatten(x, pos) for x in lit]
-        shapes = {s for _, s in parts}
-        if len(shapes) != 1:
-            raise self.error("ragged dense literal", pos)
-        flat = [v for f, _ in parts for v in f]
-        return flat, (len(lit),) + parts[0][1]
 
     def _dense_value(self, v: object, el: ScalarType, pos: int) -> object:
         if isinstance(v, bool):
@@ -356,7 +441,7 @@ class AttrParser(Lexer):
         if el.is_float:
             return self._float_value(text, el, pos)
         if "." in text or ("e" in text.lower() and not text.lower().startswith("0x")):
-            raise self.error(f"float value {text} in an integer dense attribute", pos)
+            raise self.error(f"float value {shorten(text)} in an integer dense attribute", pos)
         value = self._int_in_range(text, el, pos)
         if el.bits > 1 and value >= 1 << (el.bits - 1):  # stored as bits: 255 : i8 is -1
             value -= 1 << el.bits

@@ -14,6 +14,7 @@ Example
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 from dataclasses import dataclass, field
@@ -216,55 +217,156 @@ class DenseArrayAttr(Attribute):
     element: ScalarType = I64
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+MAX_DENSE_ELEMENTS = 1 << 28
+"""Most elements a non-splat ``dense<…>`` may hold (1 GiB of f32); the parser and
+the wire decoder check it before allocating."""
+
+MAX_SPLAT_ELEMENTS = 1 << 36
+"""Most elements the shape of a splat ``dense<…>`` may have (256 GiB of f32, past
+any one device). A splat holds one value and is never materialised by parse,
+print, verify, wire or fingerprint; the limit only keeps absurd shapes out."""
+
+
+def dense_limit(splat: bool) -> int:
+    """The element limit of a ``dense<…>`` constant (splat or not)."""
+    return MAX_SPLAT_ELEMENTS if splat else MAX_DENSE_ELEMENTS
+
+
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class DenseElementsAttr(Attribute):
     """``dense<…> : tensor<…>``; values are flat, row-major (one value when splat).
 
-    All-equal values are kept as a splat; equality is bit for bit (see :class:`FloatAttr`).
+    The values live in ``data``, a read-only flat NumPy array of the element's
+    storage dtype (:func:`numpy_dtype`; bf16 is held in float32, rounded), so
+    every bit of a NaN payload is kept. All-equal values are kept as a splat;
+    equality is bit for bit (see :class:`FloatAttr`).
     """
 
     type: TensorType
-    values: tuple[Any, ...]
-    splat: bool = False
+    data: np.ndarray
+    """Flat, read-only values in the storage dtype; one value when ``splat``."""
+    splat: bool
+    _hash: int | None
 
-    def __post_init__(self) -> None:
-        el = self.type.element
-        if el.is_float:
-            vals = tuple(round_to_type(float(v), el) for v in self.values)
-        elif el.name == "i1":
-            vals = tuple(bool(v) for v in self.values)
-        else:
-            vals = tuple(int(v) for v in self.values)
-        if (self.type.is_static and not self.splat and len(vals) > 1
-                and len(vals) == self.type.num_elements and len(set(map(_bits_key, vals))) == 1):
-            vals = vals[:1]  # all equal (bit for bit): the splat form, as MLIR keeps it
-        object.__setattr__(self, "values", vals)
-        if self.type.is_static and not self.splat and len(vals) == 1 and self.type.num_elements != 1:
-            object.__setattr__(self, "splat", True)
-        if self.splat and self.type.is_static and self.type.num_elements == 1:
-            object.__setattr__(self, "splat", False)
+    def __init__(self, type: TensorType, values: Any, splat: bool = False) -> None:
+        data = storage_array(values, type.element)
+        n = type.num_elements if type.is_static else None
+        if n is not None and not splat and data.size > 1 and data.size == n:
+            bits = _bit_view(data)
+            if bool(np.all(bits == bits[0])):
+                data = data[:1]  # all equal (bit for bit): the splat form, as MLIR keeps it
+        if n is not None and not splat and data.size == 1 and n != 1:
+            splat = True
+        if splat and n == 1:
+            splat = False
+        if splat:
+            data = data[:1]
+        data = np.ascontiguousarray(data)
+        data.flags.writeable = False
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "splat", bool(splat))
+        object.__setattr__(self, "_hash", None)
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """The values as Python scalars (one when splat); prefer ``data`` for big constants."""
+        return tuple(self.data.tolist())
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not DenseElementsAttr:
             return NotImplemented
         return (self.type == other.type and self.splat == other.splat
-                and tuple(map(_bits_key, self.values)) == tuple(map(_bits_key, other.values)))
+                and self.data.dtype == other.data.dtype and self.data.size == other.data.size
+                and bool(np.array_equal(_bit_view(self.data), _bit_view(other.data))))
 
     def __hash__(self) -> int:
-        return hash((self.type, self.splat, tuple(map(_bits_key, self.values))))
+        if self._hash is None:  # computed once, without copying the values
+            digest = hashlib.blake2b(memoryview(_bit_view(self.data)), digest_size=16).digest()
+            object.__setattr__(self, "_hash", hash((self.type, self.splat, digest)))
+        return self._hash  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"DenseElementsAttr({self.type}, {self.data!r}, splat={self.splat})"
 
     def to_numpy(self) -> np.ndarray:
-        """The constant as a NumPy array of its type's shape and dtype."""
-        dtype = numpy_dtype(self.type.element)
+        """The constant as a (new, writable) NumPy array of its type's shape and dtype."""
         shape = tuple(int(d) for d in self.type.shape)  # type: ignore[arg-type]
         if self.splat:
-            return np.full(shape, self.values[0], dtype=dtype)
-        return np.array(self.values, dtype=dtype).reshape(shape)
+            return np.full(shape, self.data[0], dtype=self.data.dtype)
+        return self.data.reshape(shape).copy()
 
     @staticmethod
     def from_numpy(array: np.ndarray, type: TensorType) -> DenseElementsAttr:
         flat = np.asarray(array).reshape(-1)
-        return DenseElementsAttr(type, tuple(flat.tolist()))  # all-equal values become a splat
+        return DenseElementsAttr(type, flat)  # all-equal values become a splat
+
+
+def _bit_view(data: np.ndarray) -> np.ndarray:
+    """``data`` as unsigned integers of its width (bit-exact comparison, NaNs included)."""
+    if data.dtype == np.bool_:
+        return data.view(np.uint8)
+    return data.view(np.dtype(f"u{data.dtype.itemsize}"))
+
+
+_NAN_LAYOUT = {"f16": (np.uint16, 10, 0), "bf16": (np.uint32, 7, 16), "f32": (np.uint32, 23, 0)}
+"""Storage uint, mantissa bits and left shift of a NaN's bits in the storage word."""
+
+
+def storage_array(values: Any, el: ScalarType) -> np.ndarray:
+    """Flat values of element type ``el`` in their storage dtype, rounded to ``el``.
+
+    NaNs keep their payload bit for bit (the top mantissa bits of a wider NaN).
+    """
+    dtype = numpy_dtype(el)
+    if isinstance(values, np.ndarray):
+        src = values.reshape(-1)
+    elif el.is_float:
+        src = np.array([float(v) for v in values], dtype=np.float64)
+    elif el.name == "i1":
+        return np.array([bool(v) for v in values], dtype=np.bool_)
+    else:
+        b = el.bits
+        half = 1 << (b - 1)
+        return np.array([(int(v) + half) % (1 << b) - half for v in values], dtype=dtype)
+    if not el.is_float:
+        return src.astype(dtype)
+    if src.dtype == dtype and el.name != "bf16":
+        return src
+    with np.errstate(over="ignore", invalid="ignore"):
+        if el.name == "bf16":
+            f = src.astype(np.float32)
+            bits = f.view(np.uint32)
+            rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+                       ) & np.uint32(0xFFFF0000)
+            out = np.where(np.isfinite(f), rounded, bits & np.uint32(0xFFFF0000))
+            out = out.view(np.float32)
+        else:
+            out = src.astype(dtype)
+    if el.name in _NAN_LAYOUT and src.dtype.kind == "f":
+        nan = np.isnan(src)
+        if nan.any():  # set NaN bits exactly: hardware casts may quiet or drop the payload
+            out = _with_nan_bits(out, src, nan, el)
+    return out
+
+
+def _with_nan_bits(out: np.ndarray, src: np.ndarray, nan: np.ndarray,
+                   el: ScalarType) -> np.ndarray:
+    """``out`` with its NaNs set, by integer arithmetic, to the payloads of ``src``'s NaNs."""
+    u64 = np.uint64
+    sbits = _bit_view(src)[nan].astype(u64)
+    sw = src.dtype.itemsize * 8
+    sm = {16: 10, 32: 23, 64: 52}[sw]
+    sign = sbits >> u64(sw - 1)
+    mant52 = (sbits & u64((1 << sm) - 1)) << u64(52 - sm)
+    m = _MANT[el.name]
+    mant = mant52 >> u64(52 - m)
+    mant = np.where(mant == 0, u64(1 << (m - 1)), mant)
+    word = (sign << u64(_WIDTH[el.name] - 1)) | u64(_EXP_ONES[el.name]) | mant
+    word = word << u64(_NAN_LAYOUT[el.name][2])
+    res = _bit_view(out).copy()
+    res[nan] = word.astype(res.dtype)
+    return res.view(out.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,34 +433,70 @@ def round_bf16(x: float) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
-_NAN = float("nan")
-_NEG_NAN = -_NAN
-
-
 def _bits_key(v: Any) -> Any:
-    """Bit-exact identity of a value (``0.0`` and ``-0.0`` differ; NaNs of one sign agree)."""
+    """Bit-exact identity of a value (``0.0`` and ``-0.0`` differ, NaN payloads too)."""
     return struct.pack("<d", v) if isinstance(v, float) else v
+
+
+_MANT = {"f16": 10, "bf16": 7, "f32": 23, "f64": 52}
+_EXP_ONES = {"f16": 0x7C00, "bf16": 0x7F80, "f32": 0x7F800000, "f64": 0x7FF0000000000000}
+_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+def float_bits(x: float, t: ScalarType) -> int:
+    """The IEEE bit pattern of ``x`` (already a ``t`` value) in float type ``t``.
+
+    A NaN is held in a Python float with its ``t`` payload in the top mantissa
+    bits, so its bits survive any number of round trips.
+    """
+    (b64,) = struct.unpack("<Q", struct.pack("<d", x))
+    if x != x:
+        m = _MANT[t.name]
+        mant = (b64 & ((1 << 52) - 1)) >> (52 - m)
+        if not mant:
+            mant = 1 << (m - 1)
+        return ((b64 >> 63) << (_WIDTH[t.name] - 1)) | _EXP_ONES[t.name] | mant
+    if t.name == "f64":
+        return b64
+    if t.name == "f32":
+        return int(np.array(x, dtype=np.float32).view(np.uint32))
+    if t.name == "f16":
+        return int(np.array(x, dtype=np.float16).view(np.uint16))
+    return struct.unpack("<I", struct.pack("<f", x))[0] >> 16  # bf16 (x is a bf16 value)
+
+
+def float_from_bits(bits: int, t: ScalarType) -> float:
+    """The value of the ``t`` bit pattern ``bits`` (NaN payloads kept, see :func:`float_bits`)."""
+    w, m = _WIDTH[t.name], _MANT[t.name]
+    if bits & _EXP_ONES[t.name] == _EXP_ONES[t.name] and bits & ((1 << m) - 1):
+        sign = bits >> (w - 1)
+        b64 = (sign << 63) | _EXP_ONES["f64"] | ((bits & ((1 << m) - 1)) << (52 - m))
+        return struct.unpack("<d", struct.pack("<Q", b64))[0]
+    if t.name == "f64":
+        return struct.unpack("<d", struct.pack("<Q", bits))[0]
+    if t.name == "f32":
+        return struct.unpack("<f", struct.pack("<I", bits))[0]
+    if t.name == "f16":
+        return float(np.array(bits, dtype=np.uint16).view(np.float16))
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
 
 def round_to_type(x: float, t: ScalarType) -> float:
     """Round ``x`` to the precision of the float type ``t``.
 
-    Every NaN comes back as one of two shared objects (by sign), so attributes
-    holding a NaN keep value equality and a stable hash (a NaN is not equal to
-    itself, but Python compares containers by identity first).
+    A NaN keeps the top bits of its payload that ``t`` can hold (bit-level,
+    never through a hardware cast that could quiet or drop it).
     """
+    if x != x:
+        return x if t.name == "f64" else float_from_bits(float_bits(x, t), t)
     with np.errstate(over="ignore", invalid="ignore"):
         if t.name == "f32":
-            r = float(np.float32(x))
-        elif t.name == "f16":
-            r = float(np.float16(x))
-        elif t.name == "bf16":
-            r = round_bf16(x)
-        else:
-            r = float(x)
-    if r != r:
-        return _NAN if math.copysign(1.0, r) > 0 else _NEG_NAN
-    return r
+            return float(np.float32(x))
+        if t.name == "f16":
+            return float(np.float16(x))
+        if t.name == "bf16":
+            return round_bf16(x)
+        return float(x)
 
 
 def i64_list(attr: Attribute | None) -> tuple[int, ...]:

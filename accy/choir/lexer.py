@@ -10,6 +10,7 @@ Example
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 
 from accy.choir.location import Location
 from accy.errors import ParseError
@@ -17,12 +18,31 @@ from accy.errors import ParseError
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$.\-]*")
 SUFFIX_ID = re.compile(r"[A-Za-z0-9_$.\-]+")
 NUMBER = re.compile(r"[-+]?(0x[0-9A-Fa-f]+|[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)")
+_BLANK = re.compile(r"(?:[ \t\r\n]+|//[^\n]*(?:\n|$))*")
+HEX_BYTE = re.compile(r"[0-9A-Fa-f]{2}")
 MAX_DEPTH = 200
+"""Deepest nesting of ops, regions, types, attributes and dense literals."""
+MAX_INT_DIGITS = 40
+"""Significant digits past which an integer literal cannot fit any choir type (2^64 has 20)."""
 
 
-def int_literal(text: str) -> int:
-    """An integer literal: decimal (leading zeros allowed, as in MLIR) or ``0x`` hex."""
-    return int(text, 16) if text.lower().lstrip("-+").startswith("0x") else int(text, 10)
+def int_literal(text: str) -> int | None:
+    """An integer literal: decimal (leading zeros allowed, as in MLIR) or ``0x`` hex.
+
+    ``None`` when it has more than :data:`MAX_INT_DIGITS` significant digits
+    (too large for every type, and kept away from Python's int-string limit).
+    """
+    body = text.lstrip("-+")
+    is_hex = body[:2].lower() == "0x"
+    digits = (body[2:] if is_hex else body).lstrip("0")
+    if len(digits) > MAX_INT_DIGITS:
+        return None
+    return int(text, 16) if is_hex else int(text, 10)
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for an error message."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class Lexer:
@@ -33,28 +53,25 @@ class Lexer:
         self.file = file
         self.pos = 0
         self.depth = 0
+        self._line_starts: list[int] | None = None
 
     # ------------------------------------------------------------------ lexing
     def location(self, pos: int | None = None) -> Location:
+        """``file:line:col`` of ``pos`` (default: here), by bisection of a line-start table."""
         pos = self.pos if pos is None else pos
-        line = self.text.count("\n", 0, pos) + 1
-        col = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
-        return Location(self.file, line, col)
+        starts = self._line_starts
+        if starts is None:
+            starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+            self._line_starts = starts
+        line = bisect_right(starts, pos)
+        return Location(self.file, line, pos - starts[line - 1] + 1)
 
     def error(self, message: str, pos: int | None = None) -> ParseError:
         return ParseError(message, self.location(pos))
 
     def skip(self) -> None:
-        text, n = self.text, len(self.text)
-        while self.pos < n:
-            c = text[self.pos]
-            if c in " \t\r\n":
-                self.pos += 1
-            elif text.startswith("//", self.pos):
-                nl = text.find("\n", self.pos)
-                self.pos = n if nl < 0 else nl + 1
-            else:
-                break
+        """Move past whitespace and ``//`` comments."""
+        self.pos = _BLANK.match(self.text, self.pos).end()  # type: ignore[union-attr]
 
     def peek(self, s: str) -> bool:
         self.skip()
@@ -76,7 +93,7 @@ class Lexer:
         if self.pos >= len(self.text):
             return "end of file"
         m = IDENT.match(self.text, self.pos) or NUMBER.match(self.text, self.pos)
-        return repr(m.group(0)) if m else repr(self.text[self.pos])
+        return repr(shorten(m.group(0))) if m else repr(self.text[self.pos])
 
     def ident(self, what: str = "identifier") -> str:
         self.skip()
@@ -92,38 +109,46 @@ class Lexer:
         return m.group(0) if m else None
 
     def string(self) -> str:
+        """A string literal; escapes are bytes (``\\C3\\A9``), the whole must be UTF-8."""
         self.skip()
         start = self.pos
-        if not self.text.startswith('"', self.pos):
+        text = self.text
+        if not text.startswith('"', self.pos):
             raise self.error(f"expected string literal, found {self._found()}")
         self.pos += 1
-        out = []
+        out = bytearray()
         while True:
-            if self.pos >= len(self.text) or self.text[self.pos] == "\n":
+            if self.pos >= len(text) or text[self.pos] == "\n":
                 raise self.error("unterminated string literal", start)
-            c = self.text[self.pos]
+            c = text[self.pos]
             if c == '"':
                 self.pos += 1
-                return "".join(out)
+                try:
+                    return out.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise self.error("string literal is not valid UTF-8", start) from None
             if c == "\\":
-                nxt = self.text[self.pos + 1:self.pos + 2]
+                nxt = text[self.pos + 1:self.pos + 2]
                 if nxt in ('"', "\\"):
-                    out.append(nxt)
+                    out += nxt.encode()
                     self.pos += 2
                 elif nxt == "n":
-                    out.append("\n")
+                    out += b"\n"
                     self.pos += 2
                 elif nxt == "t":
-                    out.append("\t")
+                    out += b"\t"
                     self.pos += 2
-                elif re.fullmatch(r"[0-9A-Fa-f]{2}", self.text[self.pos + 1:self.pos + 3]):
-                    out.append(chr(int(self.text[self.pos + 1:self.pos + 3], 16)))
+                elif HEX_BYTE.fullmatch(text, self.pos + 1, self.pos + 3):
+                    out.append(int(text[self.pos + 1:self.pos + 3], 16))
                     self.pos += 3
                 else:
                     raise self.error("unknown escape in string literal")
             else:
-                out.append(c)
-                self.pos += 1
+                j = self.pos + 1
+                while j < len(text) and text[j] not in '"\\\n':
+                    j += 1
+                out += text[self.pos:j].encode("utf-8", "surrogatepass")
+                self.pos = j
 
     def number(self) -> str:
         self.skip()
@@ -134,11 +159,19 @@ class Lexer:
         return m.group(0)
 
     def integer(self, what: str = "integer") -> int:
+        self.skip()
         start = self.pos
         text = self.number()
         if "." in text or ("e" in text.lower() and not text.lower().startswith(("0x", "-0x"))):
-            raise self.error(f"expected {what}, found {text!r}", start)
-        return int_literal(text)
+            raise self.error(f"expected {what}, found {shorten(text)!r}", start)
+        return self.int_value(text, start)
+
+    def int_value(self, text: str, pos: int) -> int:
+        """The value of the integer literal ``text`` (at ``pos``); too many digits is an error."""
+        value = int_literal(text)
+        if value is None:
+            raise self.error(f"integer literal too large ({len(text)} characters)", pos)
+        return value
 
     def _enter(self) -> None:
         self.depth += 1

@@ -7,6 +7,14 @@ float spellings (``9.99999974E-6``, hex bit patterns) and dense elements in
 nested-list, splat and hex-blob forms. Every error is a ``ParseError`` with
 ``file:line:col``.
 
+Limits, each a ``ParseError`` at the offending text: nesting of ops, types,
+attributes and dense literals deeper than ``lexer.MAX_DEPTH`` (200); integers
+that do not fit their type (an untyped integer is an i64); tensor dims (and
+element counts) past int64, or written with other than ASCII digits; dense
+constants past ``attributes.MAX_DENSE_ELEMENTS`` values (splats: their shape
+past ``MAX_SPLAT_ELEMENTS``). Parsing is linear in the text (locations come
+from a line-start table).
+
 Example
 -------
 >>> m = parse_module('"builtin.module"() ({\\n}) : () -> ()', "x.mlir")
@@ -15,6 +23,8 @@ Example
 """
 
 from __future__ import annotations
+
+import gc
 
 from accy.choir.attr_parser import AttrParser
 from accy.choir.attributes import Attribute, FunctionType
@@ -41,9 +51,9 @@ class Parser(AttrParser):
             self.skip()
             if self.pos >= len(self.text):
                 break
-            span = next((s for s in self.alias_spans if s[0] == self.pos), None)
-            if span is not None:
-                self.pos = span[1]
+            end = self.alias_ends.get(self.pos)
+            if end is not None:
+                self.pos = end
                 continue
             if self.peek("#"):
                 raise self.error("unsupported attribute alias definition")
@@ -72,7 +82,11 @@ class Parser(AttrParser):
                 name = self.value_name()
                 count = 1
                 if self.accept(":"):
+                    self.skip()
+                    cpos = self.pos
                     count = self.integer("result count")
+                    if count < 1:
+                        raise self.error("a result group needs at least one result", cpos)
                 results.append((name, count, rpos))
                 if not self.accept(","):
                     break
@@ -220,8 +234,19 @@ class Parser(AttrParser):
         return region
 
 def parse_module(text: str, file: str = "<string>") -> ModuleOp:
-    """Parse one program (a ``builtin.module``, or top-level ops wrapped in one)."""
-    return Parser(text, file).parse_toplevel()
+    """Parse one program (a ``builtin.module``, or top-level ops wrapped in one).
+
+    Time is linear in the text: the cyclic garbage collector is paused while
+    the (acyclic-until-linked) IR is built, as its passes over a growing heap
+    would make a large program quadratic.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Parser(text, file).parse_toplevel()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_file(path: str) -> ModuleOp:

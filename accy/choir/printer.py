@@ -17,7 +17,6 @@ Example
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 
@@ -36,22 +35,20 @@ from accy.choir.attributes import (
     Type,
     TypeAttr,
     UnitAttr,
+    float_bits,
 )
 from accy.choir.ir import Block, Operation, Value
 from accy.choir.location import Location
 
 
 def format_float(value: float, type: ScalarType) -> str:
-    """Shortest text that reads back to the same ``type`` value (always with a dot)."""
+    """Shortest text that reads back to the same ``type`` value (always with a dot).
+
+    Infinities and NaNs print as MLIR's hex bit pattern (``0x7FC00001``), payload kept.
+    """
     if not math.isfinite(value):
-        if type.name == "f64":
-            return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
-        if type.name == "f16":
-            return "0x%04X" % int(np.array(value, dtype=np.float16).view(np.uint16))
-        if type.name == "bf16":
-            bits = struct.unpack("<I", struct.pack("<f", value))[0] >> 16
-            return "0x%04X" % bits
-        return "0x%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
+        width = 16 if type.name == "f64" else 8 if type.name == "f32" else 4
+        return "0x%0*X" % (width, float_bits(value, type))
     if type.name == "f64":
         text = np.format_float_scientific(np.float64(value), unique=True, trim="0")
     elif type.name == "f16":
@@ -62,20 +59,24 @@ def format_float(value: float, type: ScalarType) -> str:
 
 
 def quote(text: str) -> str:
-    """An MLIR string literal (escapes as MLIR prints them)."""
+    """An MLIR string literal that reads back to ``text`` exactly.
+
+    Printable characters (non-ASCII included, as UTF-8) print as themselves;
+    ``\\n``, ``\\t``, ``\\"`` and ``\\\\`` as escapes; any other character as the
+    ``\\XX`` escapes of its UTF-8 bytes (MLIR's escapes are bytes).
+    """
     out = []
     for ch in text:
-        o = ord(ch)
         if ch == '"' or ch == "\\":
             out.append("\\" + ch)
         elif ch == "\n":
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif o < 0x20 or o == 0x7F:
-            out.append("\\%02X" % o)
-        else:
+        elif ch.isprintable():
             out.append(ch)
+        else:
+            out.append("".join("\\%02X" % b for b in ch.encode("utf-8", "surrogatepass")))
     return '"' + "".join(out) + '"'
 
 
@@ -91,27 +92,36 @@ def _dense_scalar(v: object, el: ScalarType) -> str:
     return str(int(v))  # type: ignore[call-overload]
 
 
-def _dense_body(attr: DenseElementsAttr) -> str:
-    el = attr.type.element
-    if attr.splat:
-        return _dense_scalar(attr.values[0], el)
-    shape = attr.type.shape
-    if not shape:
-        return _dense_scalar(attr.values[0], el)
-    vals = [_dense_scalar(v, el) for v in attr.values]
+def _dense_texts(attr: DenseElementsAttr) -> list[str]:
+    """Each stored value's text; non-finite floats from their storage bits (NaN payloads)."""
+    el, data = attr.type.element, attr.data
+    if not el.is_float:
+        return [_dense_scalar(v, el) for v in data.tolist()]
+    texts = [_dense_scalar(v, el) for v in data.tolist()]
+    bad = np.flatnonzero(~np.isfinite(data))
+    if bad.size:
+        width = 16 if el.name == "f64" else 8 if el.name == "f32" else 4
+        words = data.view(np.dtype(f"u{data.dtype.itemsize}"))
+        for i in bad.tolist():
+            bits = int(words[i]) >> (16 if el.name == "bf16" else 0)
+            texts[i] = "0x%0*X" % (width, bits)
+    return texts
 
-    def nest(level: int, start: int) -> tuple[str, int]:
+
+def _dense_body(attr: DenseElementsAttr) -> str:
+    shape = attr.type.shape
+    if attr.splat or not shape:
+        return _dense_texts(attr)[0] if attr.data.size else ""
+    if attr.data.size == 0 and (shape.index(0) < len(shape) - 1
+                                or math.prod(shape[:-1]) > (1 << 16)):  # type: ignore[arg-type]
+        return ""  # MLIR's ``dense<>``: nested ``[]`` cannot spell 0x3, or would be huge
+    items = _dense_texts(attr)
+    for level in range(len(shape) - 1, -1, -1):  # innermost first: no recursion on the rank
         n = shape[level]
         assert n is not None
-        if level == len(shape) - 1:
-            return "[" + ", ".join(vals[start:start + n]) + "]", start + n
-        parts = []
-        for _ in range(n):
-            text, start = nest(level + 1, start)
-            parts.append(text)
-        return "[" + ", ".join(parts) + "]", start
-
-    return nest(0, 0)[0]
+        groups = math.prod(shape[:level])  # type: ignore[arg-type]
+        items = ["[" + ", ".join(items[g * n:(g + 1) * n]) + "]" for g in range(groups)]
+    return items[0]
 
 
 def print_attribute(a: Attribute) -> str:

@@ -6,6 +6,14 @@ reads it back, strictly and within bounds: any malformed, truncated, oversized
 or too deeply nested input raises :class:`~accy.errors.WireFormatError`. There
 is no pickle on this path.
 
+Dense constants travel as their raw little-endian values: a splat as its one
+value (never its full shape), anything else decoded by NumPy as a view of the
+payload (no per-element Python objects). The limits — ``MAX_BYTES`` of input,
+``MAX_DEPTH`` of nesting, ``MAX_OPS`` operations, ``MAX_DENSE_ELEMENTS``
+values in a non-splat constant and ``MAX_SPLAT_ELEMENTS`` in a splat's shape,
+int64 dims, integers that fit their type — are checked before anything is
+allocated for them.
+
 ``fingerprint(op)`` is a 128-bit BLAKE2b of the *canonical* form: the same
 encoding with values numbered by definition order (so SSA names do not
 matter), attributes sorted, and locations left out.
@@ -29,6 +37,7 @@ import msgpack
 import numpy as np
 
 from accy.choir.attributes import (
+    MAX_DENSE_ELEMENTS,
     SCALAR_NAMES,
     ArrayAttr,
     Attribute,
@@ -48,6 +57,7 @@ from accy.choir.attributes import (
     Type,
     TypeAttr,
     UnitAttr,
+    dense_limit,
     numpy_dtype,
 )
 from accy.choir.ir import Block, Operation, Region, Value
@@ -59,7 +69,9 @@ WIRE_VERSION = 1
 MAX_BYTES = 1 << 30
 MAX_DEPTH = 64
 MAX_OPS = 1_000_000
-MAX_ELEMENTS = 1 << 28
+MAX_ELEMENTS = MAX_DENSE_ELEMENTS
+"""Most values of a non-splat dense constant (see ``attributes.MAX_DENSE_ELEMENTS``)."""
+MAX_DIM = (1 << 63) - 1
 
 
 # ---------------------------------------------------------------------- encoding
@@ -105,12 +117,10 @@ class _Encoder:
             return [5, self.type(a.type)]
         if isinstance(a, DenseArrayAttr):
             return [6, a.element.name, list(a.values)]
-        if isinstance(a, DenseElementsAttr):
-            arr = a.to_numpy().reshape(-1)[:1] if a.splat else a.to_numpy().reshape(-1)
-            if a.type.element.name == "i1":
-                arr = arr.astype(np.uint8)
-            return [7, self.type(a.type), a.splat, np.ascontiguousarray(arr).astype(
-                arr.dtype.newbyteorder("<")).tobytes()]
+        if isinstance(a, DenseElementsAttr):  # a splat's one value, never its full shape
+            arr = a.data.astype(np.uint8) if a.type.element.name == "i1" else a.data
+            return [7, self.type(a.type), a.splat,
+                    arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()]
         if isinstance(a, ArrayAttr):
             return [8, [self.attr(v) for v in a.values]]
         if isinstance(a, DictAttr):
@@ -170,6 +180,11 @@ def fingerprint(op: Operation) -> str:
 # ---------------------------------------------------------------------- decoding
 
 
+def _fits(v: int, t: ScalarType) -> bool:
+    """``v`` fits the integer type ``t``, signed or unsigned (as MLIR accepts)."""
+    return -(1 << (t.bits - 1)) <= v < (1 << t.bits)
+
+
 def _need(cond: bool, what: str) -> None:
     if not cond:
         raise WireFormatError(f"malformed choir wire data: {what}")
@@ -203,7 +218,7 @@ class _Decoder:
             _need(len(x) == 3 and isinstance(x[1], list), "tensor type")
             dims = []
             for d in x[1]:
-                _need(isinstance(d, int) and d >= -1, "tensor dimension")
+                _need(isinstance(d, int) and -1 <= d <= MAX_DIM, "tensor dimension")
                 dims.append(None if d == -1 else d)
             return TensorType(tuple(dims), self.scalar(x[2]))
         if tag == 1:
@@ -224,10 +239,14 @@ class _Decoder:
         tag, n = x[0], len(x)
         if tag == 0:
             _need(n == 3 and isinstance(x[1], int) and not isinstance(x[1], bool), "integer")
-            return IntegerAttr(x[1], self.scalar(x[2]))
+            t = self.scalar(x[2])
+            _need(t.is_int and _fits(x[1], t), "integer out of range of its type")
+            return IntegerAttr(x[1], t)
         if tag == 1:
             _need(n == 3 and isinstance(x[1], float), "float")
-            return FloatAttr(x[1], self.scalar(x[2]))
+            t = self.scalar(x[2])
+            _need(t.is_float, "float type")
+            return FloatAttr(x[1], t)
         if tag == 2:
             _need(n == 2 and isinstance(x[1], str), "string")
             return StringAttr(x[1])
@@ -241,20 +260,25 @@ class _Decoder:
             return TypeAttr(self.type(x[1], depth + 1))
         if tag == 6:
             _need(n == 3 and isinstance(x[2], list), "dense array")
-            _need(all(isinstance(v, int) and not isinstance(v, bool) for v in x[2]), "dense array")
-            return DenseArrayAttr(tuple(x[2]), self.scalar(x[1]))
+            t = self.scalar(x[1])
+            _need(t.is_int and all(isinstance(v, int) and not isinstance(v, bool) and _fits(v, t)
+                                   for v in x[2]), "dense array")
+            return DenseArrayAttr(tuple(x[2]), t)
         if tag == 7:
             _need(n == 4 and isinstance(x[2], bool) and isinstance(x[3], bytes), "dense elements")
             t = self.type(x[1], depth + 1)
             _need(isinstance(t, TensorType) and t.is_static, "dense elements type")
             assert isinstance(t, TensorType)
-            _need(t.num_elements <= MAX_ELEMENTS, "dense elements too large")
+            limit = dense_limit(x[2])
+            _need(t.num_elements <= limit, f"dense elements too large (more than {limit})")
+            count = 1 if x[2] else t.num_elements
             el = t.element
             dtype = np.dtype(np.uint8) if el.name == "i1" else numpy_dtype(el).newbyteorder("<")
-            count = 1 if x[2] else t.num_elements
             _need(len(x[3]) == count * dtype.itemsize, "dense elements size")
-            arr = np.frombuffer(x[3], dtype=dtype)
-            return DenseElementsAttr(t, tuple(v.item() for v in arr), splat=x[2])
+            arr = np.frombuffer(x[3], dtype=dtype)  # a view of the payload, not a copy
+            if el.name == "i1":
+                arr = arr != 0
+            return DenseElementsAttr(t, arr, splat=x[2])
         if tag == 8:
             _need(n == 2 and isinstance(x[1], list), "array attribute")
             return ArrayAttr(tuple(self.attr(v, depth + 1) for v in x[1]))
