@@ -127,7 +127,7 @@ def arg_shapes(sm: Any, rows: int, cols: int) -> list[tuple[int, ...]]:
 def flops(sm: Any, shapes: list[tuple[int, ...]]) -> int:
     """2·M·N·K for every matmul of the program (batch dims multiplied in)."""
     from accy.preparation.options import RunOptions
-    from accy.preparation.stages import prepare_through
+    from accy.pipeline import prepare_through
 
     contract = prepare_through(sm, "contract", RunOptions.parse("host"),
                                dict(enumerate(shapes))).product
