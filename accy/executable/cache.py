@@ -12,7 +12,6 @@ Example
 -------
 >>> from accy.preparation.products import SemanticModule
 >>> from accy.preparation.stages import PreparationRequest
-from accy.target.backend import backend_of
 >>> cache = FragmentCompilerCache()
 >>> # update = cache.refresh_from_semantic_module(SemanticModule.from_file("graphs/softmax.mlir"),
 >>> #                                             PreparationRequest(shapes={0: (8, 4096)}))

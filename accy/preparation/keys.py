@@ -1,18 +1,20 @@
-"""Stage keys: H(stage, stage version, input fingerprint, every option the stage reads).
+"""Keys: content hashes of what a stage run reads, and hermetic code versions.
 
 A key is what decides reuse, locally and on the cluster (it names the Dask
-task), so two different computations must never share one. The stage
-version hashes the source of every module that implements the stage (its
-passes, the dialects it produces, the products) plus a manual number, so a
-change to the compiler invalidates persistent entries. :func:`explain`
-says which part of a key changed.
+task), so two different computations must never share one. The stage table
+(:mod:`accy.pipeline`) says what each stage's key holds — H(stage, version,
+input, every option it reads); this module hashes it (:func:`make_key`), says
+which part of a key changed (:func:`explain`), and computes the **version** of
+a stage from its code: the source of every module its implementation can
+import (:func:`import_closure`), so an edit anywhere a stage's code reaches
+invalidates that stage's stored products, and an edit elsewhere does not.
 
 Example
 -------
->>> >>> a = stage_key("kernel", "00" * 16, RunOptions.parse("host", ["kernel.block_size=128"]))
->>> b = stage_key("kernel", "00" * 16, RunOptions.parse("host", ["kernel.block_size=256"]))
->>> a.hex != b.hex, a.fields["options"]["block_size"]
-(True, 128)
+>>> a = make_key({"stage": "kernel", "version": "1", "input": "00", "options": {"block_size": 128}})
+>>> b = make_key({"stage": "kernel", "version": "1", "input": "00", "options": {"block_size": 256}})
+>>> a.hex != b.hex, explain(b, a.fields)
+(True, 'option block_size: 128 -> 256')
 """
 
 from __future__ import annotations
