@@ -164,6 +164,17 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return text, b.tables
 
 
+def _shuffle_tree(kind: str, acc: str, ct: str) -> str:
+    """A warp's butterfly reduction of ``acc`` (every lane ends with the result)."""
+    shfl = f"__shfl_xor_sync(0xffffffffu, {acc}, o)"
+    if kind == "sum":
+        return f"for (int o = 16; o > 0; o >>= 1) {acc} = {combine(kind, acc, shfl, ct)};"
+    # max/min read their operand twice, and a shuffle under a ?: would run on only some
+    # lanes: shuffle once on every lane, then combine
+    return (f"for (int o = 16; o > 0; o >>= 1) {{ const {ct} s = {shfl}; "
+            f"{acc} = {combine(kind, acc, 's', ct)}; }}")
+
+
 def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     ins, outs, params = _params(k)
     shape = tuple(k.ints_attr("iteration"))
@@ -257,14 +268,12 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                 inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
         column_loop(accumulate)
         # warp tree, then across warps through shared memory
-        lines.append(f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                     f"{combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};")
+        lines.append(_shuffle_tree(kind, acc, ct))
         if not warp:
             nw = tpr // 32
             lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};", "__syncthreads();",
                       f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : {reduce_init(kind, el)};",
-                      f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                      f"{combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};",
+                      _shuffle_tree(kind, acc, ct),
                       "__syncthreads();"]
         b.bound[op.results[0]] = acc
 
