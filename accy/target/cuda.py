@@ -25,6 +25,7 @@ from accy.target.common import (
     elem_of,
     load_convert,
     reduce_init,
+    round_compute,
     shape_of,
     store_convert,
     strides_of,
@@ -275,7 +276,12 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                       f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : {reduce_init(kind, el)};",
                       _shuffle_tree(kind, acc, ct),
                       "__syncthreads();"]
-        b.bound[op.results[0]] = acc
+        if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
+            name = b.fresh("red")
+            lines.append(f"const {ct} {name} = {round_compute(acc, el)};")
+            b.bound[op.results[0]] = name
+        else:
+            b.bound[op.results[0]] = acc
 
     yields = k.body.terminator.operands  # type: ignore[union-attr]
     full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == shape]
@@ -396,7 +402,7 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"    for (int jj = 0; jj < {mt_n}; ++jj) {{",
               f"      const long long m = m0 + ty + i * {ny}, n = n0 + tx + jj * {nx};",
               f"      if (m < {m_} && n < {n_}) {{",
-              f"        const {ct} accv = acc[i][jj];",
+              f"        const {ct} accv = {round_compute('acc[i][jj]', el)};",
               *("        " + s for s in ep.lines + stores),
               "      }",
               "    }",
