@@ -275,8 +275,8 @@ def build(case: Case) -> Any:
     return p.build()
 
 
-def compile_and_run(case: Case) -> list[np.ndarray]:
-    """Compile the case for the host (cc) and run it on its inputs."""
+def compile_and_run(case: Case, target: str = "host") -> list[np.ndarray]:
+    """Compile the case for ``target`` (the host: cc) and run it on its inputs."""
     from accy.executable.cache import FragmentCompilerCache
     from accy.preparation.options import RunOptions
     from accy.preparation.stages import PreparationRequest
@@ -284,7 +284,7 @@ def compile_and_run(case: Case) -> list[np.ndarray]:
     sm = build(case)
     update = FragmentCompilerCache().refresh_from_semantic_module(
         sm, PreparationRequest(source="differential", options=RunOptions.parse(
-            "host", case.options), shapes={}))
+            target, case.options), shapes={}))
     assert update.fragment is not None
     return [np.asarray(o) for o in update.fragment(*case.inputs)]
 
