@@ -648,3 +648,26 @@ def test_the_oracle_catches_a_wrong_answer() -> None:
     assert compare(case, [wrong])
     wrong[2] = np.nan
     assert compare(case, [wrong])
+
+
+@pytest.mark.parametrize("el", ["f16", "bf16"])
+@pytest.mark.parametrize("producer", ["matmul", "reduce_sum"])
+def test_half_results_round_before_fused_consumers(el: str, producer: str) -> None:
+    # found by the generator: a matmul / reduction result typed f16 was read unrounded
+    # (in f32) by the sin/cos fused after it; in f16, 6e4 + 6e4 is inf and cos(inf) NaN
+    big = 60000.0 if el == "f16" else 3.0e38
+    x = to_dtype(np.array([[big, big], [1.0, 2.0]]), el)
+    w = to_dtype(np.array([[1.0], [1.0]]), el)
+    if producer == "matmul":
+        nodes = [Node("arg", (), (2, 2), el, exact=True), Node("arg", (), (2, 1), el, exact=True),
+                 Node("matmul", (0, 1), (2, 1), el), Node("cos", (2,), (2, 1), el)]
+        inputs = [x, w]
+    else:
+        nodes = [Node("arg", (), (2, 2), el, exact=True),
+                 Node("reduce_sum", (0,), (2,), el, {"axes": (1,), "keepdims": False}),
+                 Node("cos", (1,), (2,), el)]
+        inputs = [x]
+    case = _case(nodes, [len(nodes) - 1], inputs)
+    got = compile_and_run(case)
+    assert np.isnan(got[0].ravel()[0]) and np.isfinite(got[0].ravel()[1])
+    assert not compare(case, got)
