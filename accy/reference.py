@@ -12,7 +12,14 @@ element type: f32 and f16 through NumPy, bf16 to nearest-even through float32
 Conventions beyond SEMANTIC.md: integer ``div`` truncates toward zero (and
 gives 0 on division by zero); integer arithmetic wraps; float→int ``cast``
 truncates and saturates (NaN → 0), int/float→i1 is ``!= 0``; ``bf16``
-arguments are given as float32 arrays and rounded to bf16 on entry.
+arguments are given as float32 arrays and rounded to bf16 on entry. Float
+``max``/``min``/``relu`` and ``reduce_max``/``reduce_min`` propagate NaN (as
+``np.maximum``/``np.max`` do). A reduction over an empty axis gives its
+identity: ``reduce_sum`` 0, ``reduce_max`` -inf for floats, the type's
+minimum for integers and false for i1, ``reduce_min`` +inf / the type's
+maximum / true (NumPy raises for an empty max/min; accy defines it, so that
+e.g. a softmax over an empty axis is an empty result, not an error), and
+``reduce_mean`` NaN.
 
 Example
 -------

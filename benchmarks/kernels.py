@@ -126,8 +126,8 @@ def arg_shapes(sm: Any, rows: int, cols: int) -> list[tuple[int, ...]]:
 
 def flops(sm: Any, shapes: list[tuple[int, ...]]) -> int:
     """2·M·N·K for every matmul of the program (batch dims multiplied in)."""
-    from accy.preparation.options import RunOptions
     from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
 
     contract = prepare_through(sm, "contract", RunOptions.parse("host"),
                                dict(enumerate(shapes))).product

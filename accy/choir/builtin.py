@@ -1,4 +1,5 @@
-"""``builtin.module``, ``func.func`` and ``func.return``: the frame of every program.
+"""``builtin.module``, ``func.func``, ``func.return`` and ``func.call``: the frame of every
+program.
 
 Example
 -------
@@ -134,6 +135,42 @@ class ReturnOp(Operation):
 
     def __init__(self, values: Sequence[Value] = (), loc: Location = UNKNOWN, **kw: object) -> None:
         super().__init__(values, (), loc=loc, **kw)  # type: ignore[arg-type]
+
+
+class CallOp(Operation):
+    """``func.call``: call another function of the module (``callee = @name``).
+
+    The contract stage inlines every call (``inline-calls``); the verifier
+    checks that the callee exists and that operands and results match its type.
+    """
+
+    name = "func.call"
+
+    def verify_(self) -> None:
+        from accy.choir.attributes import SymbolRefAttr
+
+        ref = self.attr("callee")
+        if not isinstance(ref, SymbolRefAttr):
+            raise VerifyError("'func.call' needs a 'callee' symbol (callee = @name)", self.loc)
+        module = self.parent_op
+        while module is not None and not isinstance(module, ModuleOp):
+            module = module.parent_op
+        if module is None:
+            return  # a detached call: checked again once it sits in a module
+        callee = next((op for op in module.body.ops
+                       if isinstance(op, FuncOp) and op.sym_name == ref.name), None)
+        if callee is None:
+            raise VerifyError(f"'func.call' calls '@{ref.name}', which the module does not "
+                              f"define", self.loc)
+        ftype = callee.function_type
+        if len(self.operands) != len(ftype.inputs) or len(self.results) != len(ftype.results):
+            raise VerifyError(f"'func.call' to '@{ref.name}' passes {len(self.operands)} "
+                              f"operands and takes {len(self.results)} results, but "
+                              f"'@{ref.name}' is {ftype}", self.loc)
+        for i, (v, want) in enumerate(zip(self.operands, ftype.inputs)):
+            if not types_compatible(v.type, want):
+                raise VerifyError(f"'func.call' operand {i} has type {v.type} but "
+                                  f"'@{ref.name}' takes {want}", self.loc)
 
 
 def types_compatible(actual: Type, declared: Type) -> bool:

@@ -11,7 +11,7 @@ Example
 -------
 >>> from accy.preparation.options import RunOptions
 >>> [p.name for p in configure("contract", RunOptions(), {})]
-['specialize-shapes', 'simplify', 'fold-constants', 'simplify', 'cse', 'dce']
+['inline-calls', 'specialize-shapes', 'simplify', 'fold-constants', 'simplify', 'cse', 'dce']
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def contract(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
 
     o = options.contract
     passes: list[Pass] = [
+        # func.call becomes the callee's body: the later stages compile the entry only
+        c.InlineCalls(),
         # bind the variant's shapes and re-infer every type (shape/dtype checking)
         c.SpecializeShapes(tuple(sorted((i, tuple(s)) for i, s in shapes.items()))),
         # algebraic identities (x+0, reshape∘reshape, …)

@@ -34,11 +34,13 @@ COMPUTE = {"f32": "float", "f16": "float", "bf16": "float", "f64": "double", "i1
 UNARY_F = {"neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})",
            "sqrt": "sqrt{f}({0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
            "sin": "sin{f}({0})", "cos": "cos{f}({0})", "floor": "floor{f}({0})",
-           "relu": "fmax{f}({0}, {zero})", "reciprocal": "({one} / {0})",
+           "relu": "(({0} > {zero} || {0} != {0}) ? {0} : {zero})", "reciprocal": "({one} / {0})",
            "sigmoid": "({one} / ({one} + exp{f}(-{0})))", "rsqrt": "({one} / sqrt{f}({0}))"}
 BINARY_F = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
-            "div": "({0} / {1})", "max": "fmax{f}({0}, {1})", "min": "fmin{f}({0}, {1})",
-            "pow": "pow{f}({0}, {1})"}
+            "div": "({0} / {1})", "max": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+            "min": "(({0} < {1} || {0} != {0}) ? {0} : {1})", "pow": "pow{f}({0}, {1})"}
+"""Float ``max``/``min``/``relu`` propagate NaN and pick like ``np.maximum``/``np.minimum``
+(``fmaxf`` would drop a NaN operand)."""
 BINARY_I = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
             "div": "accy_idiv_{t}({0}, {1})", "max": "(({0}) > ({1}) ? ({0}) : ({1}))",
             "min": "(({0}) < ({1}) ? ({0}) : ({1}))", "pow": "accy_ipow_{t}({0}, {1})"}
@@ -47,6 +49,9 @@ UNARY_I = {"neg": "(-{0})", "abs": "(({0}) < 0 ? -({0}) : ({0}))",
 CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 REDUCE_INIT = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
 REDUCE_INIT_I = {"sum": "0", "max": "{lo}", "min": "{hi}"}
+NEGATING = frozenset({"neg", "sigmoid"})
+"""Ops whose spelling puts a ``-`` before an operand: a negative literal operand is
+parenthesized there (``(--3.0f)`` is not C)."""
 
 PRELUDE_C = r"""
 static inline float accy_h2f(unsigned short h) {
@@ -296,6 +301,8 @@ class ExprBuilder:
         if name in ("reduce", "matmul"):
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
         args = [self.expr(o, idx, scope, lane) for o in op.operands]
+        if name in NEGATING:
+            args = [f"({a})" if a.startswith("-") else a for a in args]
         if name == "cmp":
             pred = op.attr("predicate")
             assert isinstance(pred, StringAttr)
@@ -415,8 +422,8 @@ def combine(kind: str, a: str, b: str, ct: str) -> str:
     if kind == "sum":
         return f"({a} + {b})"
     if ct in ("float", "double"):
-        f = "f" if ct == "float" else ""
-        return f"fmax{f}({a}, {b})" if kind == "max" else f"fmin{f}({a}, {b})"
+        # NaN-propagating, like np.max / np.min (``b`` is read twice: pass a name)
+        return BINARY_F[kind].format(a, b)
     return f"(({a}) > ({b}) ? ({a}) : ({b}))" if kind == "max" else \
         f"(({a}) < ({b}) ? ({a}) : ({b}))"
 
@@ -426,7 +433,9 @@ def reduce_init(kind: str, el: str) -> str:
     ct = COMPUTE[el]
     if ct in ("float", "double"):
         return REDUCE_INIT[kind] if ct == "float" else f"(double){REDUCE_INIT[kind]}"
-    lo, hi = _int_range(el if el not in ("i1",) else "i32")
+    if el == "i1":  # false / true: an empty max is false, an empty min is true
+        return {"sum": "0", "max": "0", "min": "1"}[kind]
+    lo, hi = _int_range(el)
     return REDUCE_INIT_I[kind].format(lo=lo, hi=hi)
 
 

@@ -25,6 +25,7 @@ from accy.target.common import (
     elem_of,
     load_convert,
     reduce_init,
+    round_compute,
     shape_of,
     store_convert,
     strides_of,
@@ -164,6 +165,17 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return text, b.tables
 
 
+def _shuffle_tree(kind: str, acc: str, ct: str) -> str:
+    """A warp's butterfly reduction of ``acc`` (every lane ends with the result)."""
+    shfl = f"__shfl_xor_sync(0xffffffffu, {acc}, o)"
+    if kind == "sum":
+        return f"for (int o = 16; o > 0; o >>= 1) {acc} = {combine(kind, acc, shfl, ct)};"
+    # max/min read their operand twice, and a shuffle under a ?: would run on only some
+    # lanes: shuffle once on every lane, then combine
+    return (f"for (int o = 16; o > 0; o >>= 1) {{ const {ct} s = {shfl}; "
+            f"{acc} = {combine(kind, acc, 's', ct)}; }}")
+
+
 def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     ins, outs, params = _params(k)
     shape = tuple(k.ints_attr("iteration"))
@@ -257,16 +269,19 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                 inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
         column_loop(accumulate)
         # warp tree, then across warps through shared memory
-        lines.append(f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                     f"{combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};")
+        lines.append(_shuffle_tree(kind, acc, ct))
         if not warp:
             nw = tpr // 32
             lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};", "__syncthreads();",
                       f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : {reduce_init(kind, el)};",
-                      f"for (int o = 16; o > 0; o >>= 1) {acc} = "
-                      f"{combine(kind, acc, f'__shfl_xor_sync(0xffffffffu, {acc}, o)', ct)};",
+                      _shuffle_tree(kind, acc, ct),
                       "__syncthreads();"]
-        b.bound[op.results[0]] = acc
+        if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
+            name = b.fresh("red")
+            lines.append(f"const {ct} {name} = {round_compute(acc, el)};")
+            b.bound[op.results[0]] = name
+        else:
+            b.bound[op.results[0]] = acc
 
     yields = k.body.terminator.operands  # type: ignore[union-attr]
     full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == shape]
@@ -387,7 +402,7 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"    for (int jj = 0; jj < {mt_n}; ++jj) {{",
               f"      const long long m = m0 + ty + i * {ny}, n = n0 + tx + jj * {nx};",
               f"      if (m < {m_} && n < {n_}) {{",
-              f"        const {ct} accv = acc[i][jj];",
+              f"        const {ct} accv = {round_compute('acc[i][jj]', el)};",
               *("        " + s for s in ep.lines + stores),
               "      }",
               "    }",

@@ -20,6 +20,7 @@ from accy.target.common import (
     decompose,
     elem_of,
     reduce_init,
+    round_compute,
     shape_of,
     store_convert,
     translation_unit,
@@ -96,7 +97,8 @@ def emit_rows(k: KernelFuncOp) -> tuple[str, list[str]]:
         body += [f"for (long long c = 0; c < {cols}LL; ++c) {{",
                  *("  " + s for s in inner.lines), "}"]
         name = b.fresh("red")
-        body.append(f"const {ct} {name} = ({ct}){acc};")
+        # an f16/bf16 result is rounded before the ops fused after it read it
+        body.append(f"const {ct} {name} = {round_compute(f'({ct}){acc}', el)};")
         b.bound[op.results[0]] = name
     yields = k.body.terminator.operands  # type: ignore[union-attr]
     full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == shape]
@@ -124,7 +126,8 @@ def emit_matmul(k: KernelFuncOp) -> tuple[str, list[str]]:
     batch_shape = out_shape[:-2]
     m_, n_ = out_shape[-2], out_shape[-1]
     k_ = shape_of(mm.operands[0])[-1]
-    ct = COMPUTE[elem_of(mm.results[0])]
+    mm_el = elem_of(mm.results[0])
+    ct = COMPUTE[mm_el]
     acc_ct = "double" if ct == "float" else ct
     nb = 1
     for d in batch_shape:
@@ -158,7 +161,7 @@ def emit_matmul(k: KernelFuncOp) -> tuple[str, list[str]]:
               "        }",
               "      }",
               f"      for (long long n = 0; n < {n_}LL; ++n) {{",
-              f"        const {ct} accv = ({ct})accrow[n];",
+              f"        const {ct} accv = {round_compute(f'({ct})accrow[n]', mm_el)};",
               *("        " + s for s in ep.lines + stores),
               "      }",
               "    }",

@@ -12,8 +12,12 @@
 - ``reduce_mean``: ``reduce_sum × (1/count)``.
 
 Reductions keep their dims and broadcasting does the rest; scalar constants
-are rank-0 splats of the operand's element type. The output is still the
-semantic dialect (so the reference interpreter checks it).
+are rank-0 splats of the operand's element type. f16 and bf16 composites
+compute in f32 (SEMANTIC.md: "f16/bf16 compute in f32 and round on store"):
+their operands are cast to f32, the decomposition runs in f32, and only the
+result is cast back, so no intermediate (a sum of squares, a mean) is rounded
+to half precision or overflows it. The output is still the semantic dialect
+(so the reference interpreter checks it).
 
 Example
 -------
@@ -37,7 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
+from accy.choir.attributes import F32, BoolAttr, DenseArrayAttr, TensorType
 from accy.choir.ir import Operation, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import NormOp, ReduceOp, SemanticOp, SoftmaxOp
@@ -90,9 +94,9 @@ def _softmax_last(b: Builder, x: Value) -> Value:
     return b.op("semantic.div", [e, _reduce(b, "sum", e, [last])])
 
 
-def softmax(b: Builder, op: Operation) -> Value:
+def softmax(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, SoftmaxOp)
-    x = op.operands[0]
+    x = operands[0]
     rank = _type(x).rank
     axis = op.axis_attr(rank)
     if axis == rank - 1:
@@ -106,9 +110,10 @@ def softmax(b: Builder, op: Operation) -> Value:
 # -------------------------------------------------------------------------- norms
 
 
-def _normalize(b: Builder, op: NormOp, last_axis_form: Callable[..., Value]) -> Value:
+def _normalize(b: Builder, op: NormOp, operands: Sequence[Value],
+               last_axis_form: Callable[..., Value]) -> Value:
     """Run ``last_axis_form(b, x, *params, eps)`` over ``axis`` … last, reshaping if needed."""
-    x, *params = op.operands
+    x, *params = operands
     t = _type(x)
     axis = op.axis_attr(t.rank)
     eps = b.constant(op.float_attr("epsilon", 1e-5), t.element)
@@ -138,22 +143,22 @@ def _rmsnorm_last(b: Builder, x: Value, gamma: Value, eps: Value) -> Value:
     return b.op("semantic.mul", [b.op("semantic.mul", [x, inv_rms]), gamma])
 
 
-def layernorm(b: Builder, op: Operation) -> Value:
+def layernorm(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, NormOp)
-    return _normalize(b, op, _layernorm_last)
+    return _normalize(b, op, operands, _layernorm_last)
 
 
-def rmsnorm(b: Builder, op: Operation) -> Value:
+def rmsnorm(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, NormOp)
-    return _normalize(b, op, _rmsnorm_last)
+    return _normalize(b, op, operands, _rmsnorm_last)
 
 
 # ----------------------------------------------------------------- gelu, mean
 
 
-def gelu(b: Builder, op: Operation) -> Value:
+def gelu(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, SemanticOp)
-    x = op.operands[0]
+    x = operands[0]
     el = _type(x).element
     if op.str_attr("approximate", ("none", "tanh"), default="none") == "tanh":
         cube = b.op("semantic.mul", [b.op("semantic.mul", [x, x]), x])
@@ -166,13 +171,29 @@ def gelu(b: Builder, op: Operation) -> Value:
     return b.op("semantic.mul", [b.op("semantic.mul", [x, b.constant(0.5, el)]), one_plus])
 
 
-def reduce_mean(b: Builder, op: Operation) -> Value:
+def reduce_mean(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, ReduceOp)
     axes, keepdims = op.reduced()
-    return _mean(b, op.operands[0], axes, keepdims)
+    return _mean(b, operands[0], axes, keepdims)
 
 
-DECOMPOSITIONS: dict[str, Callable[[Builder, Operation], Value]] = {
+HALF = frozenset({"f16", "bf16"})
+"""Element types a composite computes in f32 and rounds to only at its result."""
+
+
+def decompose_in_compute_type(b: Builder, op: Operation,
+                              decompose: Callable[[Builder, Operation, Sequence[Value]], Value]) \
+        -> Value:
+    """``decompose`` applied to ``op``'s operands, through f32 for an f16/bf16 op."""
+    result = _type(op.results[0])
+    if result.element.name not in HALF:
+        return decompose(b, op, op.operands)
+    wide = [b.op("semantic.cast", [v], _type(v).with_element(F32)) for v in op.operands]
+    y = decompose(b, op, wide)
+    return b.op("semantic.cast", [y], _type(y).with_element(result.element))
+
+
+DECOMPOSITIONS: dict[str, Callable[[Builder, Operation, Sequence[Value]], Value]] = {
     "semantic.softmax": softmax,
     "semantic.layernorm": layernorm,
     "semantic.rmsnorm": rmsnorm,
@@ -193,5 +214,5 @@ class DecomposeComposites(Pass):
                 decompose = DECOMPOSITIONS.get(op.op_name)
                 if decompose is None:
                     continue
-                replace_op(op, decompose(Builder(op), op))
+                replace_op(op, decompose_in_compute_type(Builder(op), op, decompose))
                 ctx.stat(op.op_name.removeprefix("semantic."))
