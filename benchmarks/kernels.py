@@ -348,7 +348,7 @@ def accy_fragment(case: dict[str, Any], shapes: list[tuple[int, ...]]) -> tuple[
     info = {"cold_compile_s": cold,
             "cold_split_ms": {r.stage: r.elapsed_ns / 1e6 for r in update.report},
             "reused": [r.stage for r in update.report if r.reused],
-            "launches": [{k: v for k, v in launch.items() if k != "buffers"}
+            "launches": [{k: v for k, v in launch.to_plain().items() if k != "buffers"}
                          for launch in frag.plan.launches]}
     return frag, info
 

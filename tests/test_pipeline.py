@@ -137,3 +137,28 @@ def test_editing_a_module_reruns_exactly_the_stages_that_reach_it(copy: Path):
     _append(copy / "accy" / "choir" / "builtin.py", "_EDITED = 1")
     got = _compile(copy, 4)
     assert not any(got.values()), got
+
+
+def test_opt_resumes_from_a_dumped_product_and_checks_its_plans(tmp_path: Path):
+    """``accy opt --from STAGE`` reads a dump back; a misspelled plan field is a verify
+    error naming the field, not a silent default."""
+    from accy.api import lower_to
+
+    shapes = {0: (8, 256)}
+    opts = RunOptions.parse("cuda:sm_90")
+    kernel = lower_to(str(ROOT / "graphs" / "softmax.mlir"), "kernel", opts, shapes)
+    dump = tmp_path / "kernel.mlir"
+    dump.write_text(kernel.text())
+    direct = lower_to(str(ROOT / "graphs" / "softmax.mlir"), "target", opts, shapes)
+    resumed = lower_to(str(dump), "target", opts, shapes, start="kernel")
+    assert resumed.fingerprint() == direct.fingerprint()
+
+    from accy.errors import AccyError
+
+    dump.write_text(kernel.text().replace("vector_width", "vectr_width"))
+    with pytest.raises(AccyError, match="no plan field 'vectr_width'"):
+        lower_to(str(dump), "target", opts, shapes, start="kernel")
+    memory = lower_to(str(ROOT / "graphs" / "softmax.mlir"), "memory", opts, shapes)
+    dump.write_text(memory.text().replace("strides", "strdes"))
+    with pytest.raises(AccyError, match="no field 'strdes'"):
+        lower_to(str(dump), "kernel", opts, shapes, start="memory")

@@ -12,11 +12,129 @@
 
 from __future__ import annotations
 
-from accy.choir.attributes import DenseArrayAttr, IntegerAttr, StringAttr, SymbolRefAttr
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from accy.choir.attributes import (
+    Attribute,
+    DenseArrayAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolRefAttr,
+)
 from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
 MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "tiled", "loop")
+KINDS = ("elementwise", "rows", "matmul")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What the kernel stage decided for one kernel: the declared plan fields.
+
+    A ``kernel.func`` carries these as attributes of the same names; reading them
+    back (:meth:`of`) is a verify error for a missing required field, a field of
+    the wrong type or an attribute that is no plan field (a misspelling), so no
+    reader ever sees a silent default. The renderers spell what this says.
+
+    >>> KernelPlan.of_attributes({"kind": StringAttr("rows"), "mapping":
+    ...     StringAttr("warp-per-row"), "iteration": DenseArrayAttr((8, 64)),
+    ...     "block": DenseArrayAttr((256, 1, 1)), "grid": DenseArrayAttr((1, 1, 1)),
+    ...     "vectr_width": IntegerAttr(4)})
+    Traceback (most recent call last):
+    ...
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction)
+    """
+
+    kind: str
+    """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
+    mapping: str
+    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled`` or ``loop``."""
+    iteration: tuple[int, ...]
+    """The dispatch's iteration space."""
+    block: tuple[int, ...]
+    """Threads per block (x, y, z)."""
+    grid: tuple[int, ...]
+    """Blocks per grid (x, y, z)."""
+    vector_width: int = 1
+    """Elements per vector load/store."""
+    shared_bytes: int = 0
+    """Static shared memory the kernel uses."""
+    elements: int = 0
+    """Elements a grid-stride loop covers."""
+    rows: int = 0
+    cols: int = 0
+    """Row kernels: rows and the length of each row."""
+    rows_per_block: int = 1
+    items: int = 1
+    """Row kernels: rows a block handles; vector items per thread per row."""
+    cached_inputs: tuple[int, ...] = ()
+    """Row kernels: inputs held in registers across the row's passes."""
+    aliased_params: tuple[int, ...] = ()
+    """Parameters that share memory (in-place outputs, views): never ``restrict``."""
+    tile: tuple[int, ...] = ()
+    micro_tile: tuple[int, ...] = ()
+    """Matmul: block tile (m, n, k) and each thread's micro-tile (m, n)."""
+    contraction: int = 0
+    """Matmul: the contracted dimension."""
+
+    def __post_init__(self) -> None:
+        if self.mapping not in MAPPINGS:
+            raise VerifyError(f"'kernel.func' mapping must be one of {', '.join(MAPPINGS)}")
+        if self.kind not in KINDS:
+            raise VerifyError(f"'kernel.func' kind must be one of {', '.join(KINDS)}")
+        for key in ("block", "grid"):
+            v = getattr(self, key)
+            if len(v) != 3 or min(v) < 1:
+                raise VerifyError(f"'kernel.func' needs '{key} = array<i64: x, y, z>'")
+
+    @staticmethod
+    def of_attributes(attributes: dict[str, Attribute]) -> KernelPlan:
+        """The plan held in a ``kernel.func``'s attributes (a ``VerifyError`` if it is
+        not a well-formed plan)."""
+        fields = _plan_fields()
+        values: dict[str, Any] = {}
+        for key, attr in attributes.items():
+            if key not in fields:
+                raise VerifyError(f"'kernel.func' has no plan field '{key}' (fields: "
+                                  f"{', '.join(fields)})")
+            want = fields[key]
+            if want is str and isinstance(attr, StringAttr):
+                values[key] = attr.value
+            elif want is int and isinstance(attr, IntegerAttr):
+                values[key] = attr.value
+            elif want is tuple and isinstance(attr, DenseArrayAttr):
+                values[key] = tuple(attr.values)
+            else:
+                raise VerifyError(f"'kernel.func' plan field '{key}' must be "
+                                  f"{_SPELLING[want]}")
+        missing = [f.name for f in dataclasses.fields(KernelPlan)
+                   if f.default is dataclasses.MISSING and f.name not in values]
+        if missing:
+            raise VerifyError(f"'kernel.func' plan lacks {', '.join(missing)}")
+        return KernelPlan(**values)
+
+    def to_attributes(self, given: tuple[str, ...]) -> dict[str, Attribute]:
+        """The attributes of the fields in ``given`` (the ones the planner set)."""
+        out: dict[str, Attribute] = {}
+        for name in given:
+            v = getattr(self, name)
+            out[name] = StringAttr(v) if isinstance(v, str) else \
+                DenseArrayAttr(tuple(int(x) for x in v)) if isinstance(v, tuple) else \
+                IntegerAttr(int(v))
+        return out
+
+
+_SPELLING = {str: "a string", int: "an integer", tuple: "an array<i64: …>"}
+
+
+@functools.cache
+def _plan_fields() -> dict[str, type]:
+    kinds = {"str": str, "int": int}
+    return {f.name: kinds.get(str(f.type), tuple) for f in dataclasses.fields(KernelPlan)}
 
 
 class KernelFuncOp(Operation):
@@ -31,31 +149,22 @@ class KernelFuncOp(Operation):
         a = self.attr("sym_name")
         return a.value if isinstance(a, StringAttr) else ""
 
-    def int_attr(self, key: str, default: int = 0) -> int:
-        a = self.attr(key)
-        return a.value if isinstance(a, IntegerAttr) else default
-
-    def ints_attr(self, key: str) -> tuple[int, ...]:
-        a = self.attr(key)
-        return a.values if isinstance(a, DenseArrayAttr) else ()
-
-    def str_attr(self, key: str, default: str = "") -> str:
-        a = self.attr(key)
-        return a.value if isinstance(a, StringAttr) else default
+    @property
+    def plan(self) -> KernelPlan:
+        """The kernel stage's plan for this kernel (typed; see :class:`KernelPlan`)."""
+        try:
+            return KernelPlan.of_attributes(dict(self.attributes))
+        except VerifyError as e:
+            raise VerifyError(e.message, self.loc) from None
 
     def verify_(self) -> None:
         if not self.sym_name:
             raise VerifyError("'kernel.func' needs a 'sym_name'", self.loc)
-        if self.str_attr("mapping") not in MAPPINGS:
-            raise VerifyError(f"'kernel.func' mapping must be one of {', '.join(MAPPINGS)}",
-                              self.loc)
+        _ = self.plan
         if len(self.regions) != 1 or len(self.regions[0].blocks) != 1:
             raise VerifyError("'kernel.func' needs one region with one block", self.loc)
         if not isinstance(self.body.terminator, KernelYieldOp):
             raise VerifyError("'kernel.func' must end with 'kernel.yield'", self.loc)
-        for key in ("block", "grid"):
-            if len(self.ints_attr(key)) != 3 or min(self.ints_attr(key)) < 1:
-                raise VerifyError(f"'kernel.func' needs '{key} = array<i64: x, y, z>'", self.loc)
 
 
 class KernelYieldOp(Operation):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,8 @@ from accy.choir.attributes import (
     StringAttr,
     TensorType,
 )
-from accy.errors import FragmentCompileError, WireFormatError
+from accy.dialects.memory import BufferSpec
+from accy.errors import FragmentCompileError, VerifyError, WireFormatError
 from accy.paths import private_subdir
 from accy.pipeline import stage
 from accy.preparation.keys import StageKey, make_key
@@ -52,14 +54,57 @@ def _plain(a: Attribute) -> Any:
     raise TypeError(f"unexpected plan attribute {a!r}")
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One row of the launch table: which kernel, its geometry, the buffers it reads
+    and writes (ids in the buffer plan)."""
+
+    kernel: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int
+    buffers: tuple[int, ...]
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
+                "shared_bytes": self.shared_bytes, "buffers": list(self.buffers)}
+
+    @staticmethod
+    def from_plain(d: Mapping[str, Any]) -> Launch:
+        """A launch from its plain fields; a ``WireFormatError`` if any is missing,
+        unknown or of the wrong type."""
+        if set(d) != _LAUNCH_FIELDS:
+            raise WireFormatError(f"launch table entry has fields {sorted(d)}, expected "
+                                  f"{sorted(_LAUNCH_FIELDS)}")
+        try:
+            launch = Launch(str(d["kernel"]), tuple(int(x) for x in d["grid"]),
+                            tuple(int(x) for x in d["block"]), int(d["shared_bytes"]),
+                            tuple(int(x) for x in d["buffers"]))
+        except (TypeError, ValueError):
+            raise WireFormatError("malformed launch table entry") from None
+        if len(launch.grid) != 3 or len(launch.block) != 3:
+            raise WireFormatError("a launch needs a 3-d grid and block")
+        return launch
+
+
+_LAUNCH_FIELDS = frozenset({"kernel", "grid", "block", "shared_bytes", "buffers"})
+
+
+def _buffers(entries: list[Any]) -> list[BufferSpec]:
+    try:
+        return [BufferSpec.from_plain(e) for e in entries]
+    except VerifyError as e:
+        raise WireFormatError(f"malformed buffer plan: {e.message}") from None
+
+
 @dataclass
 class FragmentPlan:
     """What a loader needs besides the binary: launches, buffers, signature."""
 
     target: str
     language: str
-    launches: list[dict[str, Any]]
-    buffers: list[dict[str, Any]]
+    launches: list[Launch]
+    buffers: list[BufferSpec]
     arena_bytes: int
     args: list[tuple[list[int], str]]
     results: list[tuple[list[int], str]]
@@ -81,20 +126,24 @@ class FragmentPlan:
         fm = attrs.get("target.fast_math")
         return FragmentPlan(
             target=_plain(attrs["target.target"]), language=_plain(attrs["target.language"]),
-            launches=_plain(attrs["target.launches"]), buffers=_plain(attrs["target.buffers"]),
+            launches=[Launch.from_plain(d) for d in _plain(attrs["target.launches"])],
+            buffers=_buffers(_plain(attrs["target.buffers"])),
             arena_bytes=_plain(attrs["target.arena_bytes"]), args=sig(ftype.inputs),
             results=sig(ftype.results), fast_math=bool(fm.value) if isinstance(fm, BoolAttr)
             else False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "language": self.language, "launches": self.launches,
-                "buffers": self.buffers, "arena_bytes": self.arena_bytes,
+        return {"target": self.target, "language": self.language,
+                "launches": [launch.to_plain() for launch in self.launches],
+                "buffers": [b.to_plain() for b in self.buffers], "arena_bytes": self.arena_bytes,
                 "args": [list(a) for a in self.args], "results": [list(r) for r in self.results],
                 "fast_math": self.fast_math}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FragmentPlan:
-        return FragmentPlan(d["target"], d["language"], d["launches"], d["buffers"],
+        return FragmentPlan(d["target"], d["language"],
+                            [Launch.from_plain(launch) for launch in d["launches"]],
+                            _buffers(d["buffers"]),
                             d["arena_bytes"], [(list(a[0]), a[1]) for a in d["args"]],
                             [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False))
 

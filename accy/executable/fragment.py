@@ -89,19 +89,19 @@ class LoadedFragment:
         views: dict[int, Any] = {}
         out: list[Any] = list(results) if results is not None else [None] * len(self.plan.results)
         for b in self.plan.buffers:
-            dtype = _STORAGE[b["dtype"]]
-            shape = tuple(b["shape"])
-            if b["kind"] == "arg":
-                views[b["id"]] = args[b["index"]]
-            elif b["kind"] == "result":
+            dtype = _STORAGE[b.dtype]
+            shape = b.shape
+            if b.kind == "arg":
+                views[b.id] = args[b.index]
+            elif b.kind == "result":
                 if results is None:
-                    out[b["index"]] = xp.empty(shape, dtype=dtype)
-                views[b["id"]] = out[b["index"]]
-            elif b["kind"] == "arena":
-                views[b["id"]] = arena[b["offset"]:b["offset"] + b["bytes"]].view(dtype) \
+                    out[b.index] = xp.empty(shape, dtype=dtype)
+                views[b.id] = out[b.index]
+            elif b.kind == "arena":
+                views[b.id] = arena[b.offset:b.offset + b.bytes].view(dtype) \
                     .reshape(shape)
-            elif b["kind"] == "alias":
-                views[b["id"]] = views[b["alias_of"]].reshape(shape)
+            elif b.kind == "alias":
+                views[b.id] = views[b.alias_of].reshape(shape)
         return views, out
 
     def _prepare(self, xp: Any, inputs: Sequence[Any]) -> list[Any]:
@@ -129,7 +129,7 @@ class LoadedFragment:
             self._arena = self._arena[off:off + max(self.plan.arena_bytes, 1)]
         views, results = self._views(np, args, self._arena)
         for launch in self.plan.launches:
-            self._lib.call_with_buffers(launch["kernel"], [views[i] for i in launch["buffers"]])
+            self._lib.call_with_buffers(launch.kernel, [views[i] for i in launch.buffers])
         return self._finish(np, results)
 
     def _run_cuda(self, inputs: Sequence[Any]) -> list[Any]:
@@ -157,8 +157,8 @@ class LoadedFragment:
 
     def _launch_cuda(self, views: dict[int, Any]) -> None:
         for launch in self.plan.launches:
-            self._module.launch(launch["kernel"], tuple(launch["grid"]), tuple(launch["block"]),
-                                [views[i] for i in launch["buffers"]])
+            self._module.launch(launch.kernel, launch.grid, launch.block,
+                                [views[i] for i in launch.buffers])
 
 
 def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \

@@ -37,7 +37,7 @@ def _prologue(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     ins = [f"in{i}" for i in range(len(k.body.args))]
     outs = [f"out{i}" for i in range(len(k.body.terminator.operands))]  # type: ignore[union-attr]
     lines = [f"void {k.sym_name}(void** buffers) {{"]
-    aliased = set(k.ints_attr("aliased_params"))
+    aliased = set(k.plan.aliased_params)
 
     def qual(i: int) -> str:  # pointers that share memory are not restrict
         return "" if i in aliased else " restrict"
@@ -54,7 +54,7 @@ def _prologue(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
 
 def emit_elementwise(k: KernelFuncOp) -> tuple[str, list[str]]:
     ins, outs, lines = _prologue(k)
-    shape = tuple(k.ints_attr("iteration"))
+    shape = k.plan.iteration
     n = 1
     for d in shape:
         n *= d
@@ -72,7 +72,7 @@ def emit_elementwise(k: KernelFuncOp) -> tuple[str, list[str]]:
 
 def emit_rows(k: KernelFuncOp) -> tuple[str, list[str]]:
     ins, outs, lines = _prologue(k)
-    shape = tuple(k.ints_attr("iteration"))
+    shape = k.plan.iteration
     cols = shape[-1]
     rows = 1
     for d in shape[:-1]:
@@ -177,4 +177,4 @@ EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_m
 def emit_kernels(kernels: list[KernelFuncOp]) -> str:
     """The C translation unit for ``kernels``."""
     return translation_unit([HEADER, PRELUDE_C], kernels,
-                            lambda k: EMITTERS[k.str_attr("kind")](k))
+                            lambda k: EMITTERS[k.plan.kind](k))

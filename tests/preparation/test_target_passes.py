@@ -85,8 +85,8 @@ def test_the_product_carries_source_launches_and_buffers():
     for entry, op, k in zip(launches, launch_ops, kernels):
         assert entry["buffers"] == op.attr("memory.inputs").values + \
             op.attr("memory.outputs").values
-        assert entry["grid"] == k.ints_attr("grid") and entry["block"] == k.ints_attr("block")
-        assert entry["shared_bytes"] == k.int_attr("shared_bytes")
+        assert entry["grid"] == k.plan.grid and entry["block"] == k.plan.block
+        assert entry["shared_bytes"] == k.plan.shared_bytes
         assert f"void __launch_bounds__({int(np.prod(entry['block']))}) {k.sym_name}(" in \
             source(r)
     buffers = plain(attrs["target.buffers"])
@@ -315,8 +315,8 @@ def test_a_cuda_row_kernel_loads_everything_before_it_stores():
     buffers = plain(r.product.module.attributes["target.buffers"])
     assert sum("inplace_of" in b for b in buffers) == 2
     (rows,) = [k for k in r.product.module.body.ops
-               if isinstance(k, KernelFuncOp) and k.str_attr("kind") == "rows"]
-    assert rows.ints_attr("cached_inputs") == ()
+               if isinstance(k, KernelFuncOp) and k.plan.kind == "rows"]
+    assert rows.plan.cached_inputs == ()
     loop = _write_loop(source(r), rows.sym_name)
     loads = [m.start() for m in re.finditer(r"__ldg\(", loop)]
     stores = [m.start() for m in re.finditer(r"\*reinterpret_cast<float4\*>\(out|out\d\[", loop)]

@@ -476,11 +476,11 @@ def test_pointers_that_share_memory_are_not_restrict() -> None:
                               {0: (8, 64), 1: (1, 64)}).product
         source = job.module.attributes["target.source"].value
         kernels = [op for op in job.module.body.ops if op.op_name == "kernel.func"]
-        aliased = [k for k in kernels if k.ints_attr("aliased_params")]
+        aliased = [k for k in kernels if k.plan.aliased_params]
         assert aliased, "expected an in-place kernel with fusion off"
         for k in aliased:
             n_in = len(k.body.args)
-            for p in k.ints_attr("aliased_params"):
+            for p in k.plan.aliased_params:
                 name = f"in{p}" if p < n_in else f"out{p - n_in}"
                 decl = re.search(rf"{k.sym_name}\(.*?\)" if target != "host" else
                                  rf"void {k.sym_name}\(void\*\* buffers\) {{.*?\n}}",

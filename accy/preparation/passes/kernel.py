@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass
 
 from accy.choir.attributes import (
-    ArrayAttr,
     Attribute,
     DenseArrayAttr,
     IntegerAttr,
@@ -37,6 +36,7 @@ from accy.choir.ir import Block, Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.kernel import KernelFuncOp, KernelYieldOp, LaunchOp
+from accy.dialects.memory import buffer_plan
 from accy.preparation.options import KernelOptions
 from accy.preparation.passes.memory import IDENTITY_READERS
 
@@ -56,15 +56,13 @@ def _all_f32(region: RegionOp) -> bool:
 
 def _arena_offsets(func: FuncOp) -> dict[int, int]:
     """Byte offset in the arena of every arena buffer (and every view of one) by id."""
-    plan = func.attr("memory.buffers")
-    entries = [dict(d.entries) for d in plan.values] if isinstance(plan, ArrayAttr) else []
-    by_id = {e["id"].value: e for e in entries}
+    by_id = {b.id: b for b in buffer_plan(func)}
     out: dict[int, int] = {}
-    for i, e in by_id.items():
-        while "alias_of" in e:
-            e = by_id[e["alias_of"].value]
-        if e["kind"].value == "arena":
-            out[i] = e["offset"].value
+    for i, b in by_id.items():
+        while b.alias_of >= 0:
+            b = by_id[b.alias_of]
+        if b.kind == "arena":
+            out[i] = b.offset
     return out
 
 
@@ -74,15 +72,13 @@ def _aliased_params(region: RegionOp, func: FuncOp) -> tuple[int, ...]:
     An output written in place over an input, or an input that is a view of
     another input's buffer: such pointers must not be ``restrict``.
     """
-    plan = func.attr("memory.buffers")
-    entries = [dict(d.entries) for d in plan.values] if isinstance(plan, ArrayAttr) else []
-    by_id = {e["id"].value: e for e in entries}
+    by_id = {b.id: b for b in buffer_plan(func)}
 
     def root(i: int) -> int:
-        e = by_id.get(i)
-        while e is not None and ("alias_of" in e or "inplace_of" in e):
-            i = (e.get("alias_of") or e["inplace_of"]).value
-            e = by_id.get(i)
+        b = by_id.get(i)
+        while b is not None and (b.alias_of >= 0 or b.inplace_of >= 0):
+            i = b.alias_of if b.alias_of >= 0 else b.inplace_of
+            b = by_id.get(i)
         return i
 
     ids: list[int] = []

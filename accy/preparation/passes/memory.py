@@ -26,17 +26,15 @@ import math
 from dataclasses import dataclass
 
 from accy.choir.attributes import (
-    ArrayAttr,
     DenseArrayAttr,
-    DictAttr,
     IntegerAttr,
-    StringAttr,
     TensorType,
 )
 from accy.choir.builtin import FuncOp
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
+from accy.dialects.memory import BufferSpec, plan_attr
 
 IDENTITY_READERS = frozenset(
     f"prim.{n}" for n in (
@@ -67,23 +65,16 @@ class Buffer:
     def nbytes(self) -> int:
         return self.type.nbytes
 
-    def attr(self, alignment: int) -> DictAttr:
+    def spec(self, alignment: int) -> BufferSpec:
+        """The buffer as the plan declares it (:class:`accy.dialects.memory.BufferSpec`)."""
         shape = tuple(int(d) for d in self.type.shape)  # type: ignore[arg-type]
-        entries: dict[str, object] = {
-            "id": IntegerAttr(self.id), "kind": StringAttr(self.kind),
-            "bytes": IntegerAttr(self.nbytes), "dtype": StringAttr(self.type.element.name),
-            "shape": DenseArrayAttr(shape), "strides": DenseArrayAttr(row_major_strides(shape)),
-        }
-        if self.kind in ("arg", "result"):
-            entries["index"] = IntegerAttr(self.index)
-        if self.kind == "arena":
-            entries["offset"] = IntegerAttr(self.offset)
-            entries["alignment"] = IntegerAttr(alignment)
-        if self.alias_of >= 0:
-            entries["alias_of"] = IntegerAttr(self.alias_of)
-        if self.inplace_of >= 0:
-            entries["inplace_of"] = IntegerAttr(self.inplace_of)
-        return DictAttr(tuple(entries.items()))  # type: ignore[arg-type]
+        return BufferSpec(
+            id=self.id, kind=self.kind, bytes=self.nbytes, dtype=self.type.element.name,
+            shape=shape, strides=row_major_strides(shape),
+            index=self.index if self.kind in ("arg", "result") else -1,
+            offset=self.offset if self.kind == "arena" else -1,
+            alignment=alignment if self.kind == "arena" else -1,
+            alias_of=self.alias_of, inplace_of=self.inplace_of)
 
 
 class Arena:
@@ -240,8 +231,8 @@ class PlanBuffers(Pass):
                     live.remove(b)
                     if self.reuse:
                         ctx.stat("released")
-        func.attributes["memory.buffers"] = ArrayAttr(tuple(b.attr(self.alignment)
-                                                            for b in buffers))
+        func.attributes["memory.buffers"] = plan_attr([b.spec(self.alignment)
+                                                        for b in buffers])
         func.attributes["memory.arena_bytes"] = IntegerAttr(arena_size(buffers, self.alignment))
         ctx.stat("buffers", len(buffers))
 

@@ -48,7 +48,7 @@ class CheckTargetSupport(Pass):
                     raise VerifyError(f"element type {el} is not supported on {self.target}",
                                       op.loc)
             if isinstance(op, KernelFuncOp):
-                block = op.ints_attr("block")
+                block = op.plan.block
                 if kind == "cuda" and block[0] * block[1] * block[2] > 1024:
                     raise VerifyError(f"kernel '{op.sym_name}' needs more than 1024 threads",
                                       op.loc)
@@ -88,9 +88,9 @@ class EmitSource(Pass):
             assert isinstance(ins, DenseArrayAttr) and isinstance(outs, DenseArrayAttr)
             launches.append(DictAttr((
                 ("kernel", StringAttr(k.sym_name)),
-                ("grid", DenseArrayAttr(k.ints_attr("grid"))),
-                ("block", DenseArrayAttr(k.ints_attr("block"))),
-                ("shared_bytes", IntegerAttr(k.int_attr("shared_bytes"))),
+                ("grid", DenseArrayAttr(k.plan.grid)),
+                ("block", DenseArrayAttr(k.plan.block)),
+                ("shared_bytes", IntegerAttr(k.plan.shared_bytes)),
                 ("buffers", DenseArrayAttr(ins.values + outs.values)),
             )))
         module.attributes["target.target"] = StringAttr(self.target)
