@@ -98,14 +98,17 @@ def opt(file: str, to: str, start: str, debuginfo: bool, target: str, shapes: tu
 @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
               help="Where result0.npy, result1.npy, … are written.")
 @click.option("--reference", is_flag=True, help="Run the NumPy reference interpreter.")
+@click.option("--cast", is_flag=True,
+              help="Convert inputs whose dtype is not their argument's (else an error).")
 @_shared
-def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, target: str,
-        shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, cast: bool,
+        target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
     """Compile, load and run FILE on .npy inputs (or interpret it with --reference)."""
     from accy.api import run_program
 
     run_options, bound = _request(target, shapes, options)
-    paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference)
+    paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference,
+                        cast=cast)
     for p in paths:
         click.echo(p)
 
