@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from accy.errors import AccyError
 from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
+
+if TYPE_CHECKING:
+    from accy.choir.passes import Reproducer
 
 
 def load_program(path: str) -> SemanticModule:
@@ -193,7 +197,7 @@ def check_input_dtypes(sm: SemanticModule, arrays: Sequence[np.ndarray], *,
 
     args = sm.entry().function_type.inputs
     if len(arrays) != len(args):
-        raise AccyError(f"the program takes {len(args)} input(s), got {len(arrays)} --input")
+        return list(arrays)  # the run (or the reference) says how many it takes
     out = []
     for i, (a, t) in enumerate(zip(arrays, args)):
         if not isinstance(t, TensorType):
@@ -329,3 +333,33 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
         results = [np.asarray(r) if not hasattr(r, "get") else r.get()
                    for r in update.fragment(*arrays)]
     return save_results(results, output_dir)
+
+
+def check_reproducer(repro: Reproducer) -> None:
+    """A reproducer that names a pipeline, pass or pass options accy does not have is
+    an :class:`AccyError` (a replay would otherwise "no longer fail" or crash)."""
+    import dataclasses
+
+    from accy.choir.passes import PASS_REGISTRY
+    from accy.pipeline import PREPARATION_NAMES, load_passes
+
+    load_passes()
+    if repro.pipeline not in PREPARATION_NAMES:
+        raise AccyError(f"unknown pipeline '{repro.pipeline}' in the reproducer "
+                        f"(accy's are {', '.join(PREPARATION_NAMES)})")
+    cls = PASS_REGISTRY.get(repro.pass_name)
+    if cls is None:
+        raise AccyError(f"unknown pass '{repro.pass_name}' in the reproducer")
+    known = [f.name for f in dataclasses.fields(cls) if f.init] \
+        if dataclasses.is_dataclass(cls) else []
+    unknown = sorted(k for k in repro.pass_options if k not in known)
+    if unknown:
+        raise AccyError(f"the reproducer gives pass '{repro.pass_name}' unknown option(s) "
+                        f"{', '.join(unknown)} (it takes "
+                        f"{', '.join(known) if known else 'no options'})")
+    try:
+        cls(**repro.pass_options)
+    except (TypeError, ValueError) as e:
+        raise AccyError(f"the reproducer's options for pass '{repro.pass_name}' are not "
+                        f"valid: {e}") from None
+

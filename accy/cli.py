@@ -209,10 +209,12 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 @click.argument("file", type=click.Path(dir_okay=False, exists=False))
 def repro(file: str) -> None:
     """Replay a captured failure reproducer."""
+    from accy.api import check_reproducer
     from accy.choir.passes import Reproducer
     from accy.pipeline import replay
 
     r = Reproducer.read(file)
+    check_reproducer(r)
     click.echo(f"replaying pipeline '{r.pipeline}', pass '{r.pass_name}' "
                f"(captured: {r.message})", err=True)
     replay(r)
