@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
@@ -418,7 +419,12 @@ def _local_cluster(workers: int, dashboard_port: int) -> Any:
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
     # routes_config: Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts.
-    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()):
+    # Another cluster on 8787 moves the dashboard to a free port with a UserWarning;
+    # the port it got is in client.dashboard_link (printed by --keep-open).
+    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                category=UserWarning)
         try:
             return LocalCluster(**kwargs)
         except (OSError, TimeoutError) as e:
