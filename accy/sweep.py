@@ -4,9 +4,12 @@ A sweep file (YAML) names ``programs`` (paths relative to the file) and,
 optionally, ``targets`` (default ``[host]``), ``shapes`` (one ``{argN: AxB}``
 binding per value) and ``options`` (``STAGE.NAME: [values]``, one axis each).
 The variants are programs × targets × shapes × every option axis, in that
-nesting order. Everything is checked up front: a malformed sweep raises
+nesting order. Everything is checked up front: a malformed sweep (bad YAML, a
+tag the safe loader does not construct, text that is not UTF-8) raises
 :class:`~accy.errors.SweepError` pointing at the file (and the line, where YAML
-knows it) before any work starts.
+knows it) before any work starts, and the variants are counted before any is
+built: more than ``max_variants`` (:data:`MAX_VARIANTS`) is an error saying how
+many the file defines.
 
 Example
 -------
