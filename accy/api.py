@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from accy.errors import AccyError
 from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
+
+if TYPE_CHECKING:
+    from accy.choir.passes import Reproducer
 
 
 def load_program(path: str) -> SemanticModule:
@@ -90,12 +94,14 @@ def compile_program(path: str, options: RunOptions | None = None,
     """
     from accy.executable.cache import FragmentCompilerCache
     from accy.preparation.cache import PreparationFailed
-    from accy.preparation.report import variant_json, write_report
+    from accy.preparation.report import variant_json
     from accy.preparation.stages import PreparationRequest
     from accy.store import ArtifactStore, default_max_bytes
 
     options = options or RunOptions()
     shapes = dict(shapes or {})
+    if report_path:
+        check_writable_file(report_path, "the report")
     sm = load_program(path)
     store = ArtifactStore(cache_dir, default_max_bytes()) if cache_dir else None
     cache = FragmentCompilerCache(store=store, load=load)
@@ -106,22 +112,158 @@ def compile_program(path: str, options: RunOptions | None = None,
     except PreparationFailed as e:
         entry = variant_json(vid, "failed", e.report, e.failure)
         if report_path:
-            write_report(report_path, [entry])
+            write_report_file(report_path, [entry])
         raise
     entry = variant_json(vid, "ok", update.report)
     if report_path:
-        write_report(report_path, [entry])
+        write_report_file(report_path, [entry])
     return entry
 
 
+NPY_MAGIC = b"\x93NUMPY"
+"""The first bytes of every ``.npy`` file."""
+
+
+def read_npy(path: str) -> np.ndarray:
+    """The array in the ``.npy`` file at ``path``, checked before anything is allocated.
+
+    The header is read first: a file that is not a ``.npy`` (an ``.npz``
+    archive, text, an empty file), an array of Python objects, or a header
+    whose shape needs more bytes than the file holds is an :class:`AccyError`
+    naming the file, not a pickle warning or a huge allocation.
+
+    Example
+    -------
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(p, np.ones((2, 3), np.float32))
+    >>> read_npy(p).shape
+    (2, 3)
+    """
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(NPY_MAGIC))
+            if magic != NPY_MAGIC:
+                raise AccyError(f"cannot read input {path}: {_not_npy(magic)}")
+            f.seek(0)
+            try:
+                version = fmt.read_magic(f)
+                shape, fortran, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                                         else fmt.read_array_header_2_0(f))
+            except (ValueError, EOFError, SyntaxError, TypeError) as e:
+                raise AccyError(f"cannot read input {path}: not a valid .npy header "
+                                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+                    from None
+            if dtype.hasobject:
+                raise AccyError(f"cannot read input {path}: it holds Python objects "
+                                f"(dtype {dtype}); accy reads numeric arrays only")
+            need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            have = os.fstat(f.fileno()).st_size - f.tell()
+            if need > have:
+                raise AccyError(f"cannot read input {path}: its header declares shape "
+                                f"{tuple(shape)} of {dtype} ({need} bytes) but the file holds "
+                                f"{have} bytes of data (truncated or corrupt)")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)  # type: ignore[no-any-return]
+    except OSError as e:
+        raise AccyError(f"cannot read input {path}: {e.strerror or e}") from None
+    except (ValueError, EOFError) as e:
+        raise AccyError(f"cannot read input {path}: {e}") from None
+
+
+def _not_npy(start: bytes) -> str:
+    if not start:
+        return "the file is empty (not a .npy file)"
+    if start.startswith(b"PK"):
+        return ("it is a .npz archive, not a .npy file "
+                "(save each argument with np.save, one --input per argument)")
+    return "not a .npy file (it does not start with the NumPy magic string)"
+
+
 def load_inputs(paths: Sequence[str]) -> list[np.ndarray]:
-    arrays = []
-    for p in paths:
-        try:
-            arrays.append(np.load(p, allow_pickle=False))
-        except (OSError, ValueError) as e:
-            raise AccyError(f"cannot read input {p}: {e}") from None
-    return arrays
+    """The arrays of the ``--input`` files, in order (see :func:`read_npy`)."""
+    return [read_npy(p) for p in paths]
+
+
+def check_input_dtypes(sm: SemanticModule, arrays: Sequence[np.ndarray], *,
+                       cast: bool = False) -> list[np.ndarray]:
+    """``arrays`` checked against the dtypes of the program's arguments.
+
+    An input whose dtype is not the argument's is an error, unless ``cast``,
+    which converts it (never complex to real: that would drop the imaginary part).
+    """
+    from accy.choir.attributes import TensorType, numpy_dtype
+
+    args = sm.entry().function_type.inputs
+    if len(arrays) != len(args):
+        return list(arrays)  # the run (or the reference) says how many it takes
+    out = []
+    for i, (a, t) in enumerate(zip(arrays, args)):
+        if not isinstance(t, TensorType):
+            out.append(a)
+            continue
+        want = numpy_dtype(t.element)
+        if a.dtype != want:
+            if not cast:
+                raise AccyError(f"input {i} has dtype {a.dtype} but argument {i} is {t} "
+                                f"(needs {want}; --cast converts it)")
+            if np.iscomplexobj(a) and want.kind != "c":
+                raise AccyError(f"input {i} is {a.dtype}: casting it to {want} would drop "
+                                f"the imaginary part")
+            a = a.astype(want)
+        out.append(a)
+    return out
+
+
+def _make_folder(path: str) -> str | None:
+    """Create ``path`` (and its parents); ``None``, or why it cannot be made."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        return None
+    except OSError as e:
+        probe = os.path.abspath(path)
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if probe and not os.path.isdir(probe):
+            return f"{probe} is a file, not a folder"
+        return str(e.strerror or e)
+
+
+def ensure_output_dir(path: str) -> str:
+    """Create the output folder now (before any work) and check it can be written."""
+    why = _make_folder(path)
+    if why:
+        raise AccyError(f"cannot create the output folder {path}: {why}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise AccyError(f"cannot write to the output folder {path}: permission denied")
+    return path
+
+
+def check_writable_file(path: str, what: str) -> str:
+    """Check, before any work, that a file can be written at ``path`` (its folder is
+    made if missing); ``what`` names it in the error (``the report``)."""
+    if os.path.isdir(path):
+        raise AccyError(f"cannot write {what} to {path}: it is a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    why = _make_folder(parent)
+    if why:
+        raise AccyError(f"cannot write {what} to {path}: {why}")
+    if not os.access(parent, os.W_OK | os.X_OK) or \
+            (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise AccyError(f"cannot write {what} to {path}: permission denied")
+    return path
+
+
+def write_report_file(path: str, variants: Sequence[Mapping[str, object]],
+                      summary: Mapping[str, object] | None = None) -> str:
+    """:func:`~accy.preparation.report.write_report`, an OS error as an :class:`AccyError`."""
+    from accy.preparation.report import write_report
+
+    try:
+        return write_report(path, variants, summary)  # type: ignore[arg-type]
+    except OSError as e:
+        raise AccyError(f"cannot write the report to {path}: {e.strerror or e}") from None
 
 
 def bind_shapes_from_inputs(sm: SemanticModule, arrays: Sequence[np.ndarray],
@@ -140,11 +282,15 @@ def bind_shapes_from_inputs(sm: SemanticModule, arrays: Sequence[np.ndarray],
 
 
 def save_results(results: Sequence[np.ndarray], output_dir: str) -> list[str]:
-    os.makedirs(output_dir, exist_ok=True)
+    """Write ``result0.npy``, ``result1.npy``, … into ``output_dir``; return their paths."""
+    ensure_output_dir(output_dir)
     paths = []
     for i, r in enumerate(results):
         p = os.path.join(output_dir, f"result{i}.npy")
-        np.save(p, np.asarray(r))
+        try:
+            np.save(p, np.asarray(r))
+        except OSError as e:
+            raise AccyError(f"cannot write {p}: {e.strerror or e}") from None
         paths.append(p)
     return paths
 
@@ -152,8 +298,12 @@ def save_results(results: Sequence[np.ndarray], output_dir: str) -> list[str]:
 def run_program(path: str, inputs: Sequence[str], output_dir: str,
                 options: RunOptions | None = None,
                 shapes: Mapping[int, tuple[int, ...]] | None = None, *,
-                reference: bool = False) -> list[str]:
-    """Run the program on ``.npy`` inputs; write ``resultN.npy`` files; return their paths."""
+                reference: bool = False, cast: bool = False) -> list[str]:
+    """Run the program on ``.npy`` inputs; write ``resultN.npy`` files; return their paths.
+
+    Each input's dtype must be its argument's; ``cast`` converts those that are not.
+    """
+    ensure_output_dir(output_dir)
     arrays = load_inputs(inputs)
     from accy.frontends import is_frontend_file
 
@@ -163,6 +313,7 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
         sm, arrays = import_onnx_with_inputs(path, arrays)
     else:
         sm = load_program(path)
+    arrays = check_input_dtypes(sm, arrays, cast=cast)
     if reference:
         from accy.reference import run_reference
 
@@ -182,3 +333,33 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
         results = [np.asarray(r) if not hasattr(r, "get") else r.get()
                    for r in update.fragment(*arrays)]
     return save_results(results, output_dir)
+
+
+def check_reproducer(repro: Reproducer) -> None:
+    """A reproducer that names a pipeline, pass or pass options accy does not have is
+    an :class:`AccyError` (a replay would otherwise "no longer fail" or crash)."""
+    import dataclasses
+
+    from accy.choir.passes import PASS_REGISTRY
+    from accy.pipeline import PREPARATION_NAMES, load_passes
+
+    load_passes()
+    if repro.pipeline not in PREPARATION_NAMES:
+        raise AccyError(f"unknown pipeline '{repro.pipeline}' in the reproducer "
+                        f"(accy's are {', '.join(PREPARATION_NAMES)})")
+    cls = PASS_REGISTRY.get(repro.pass_name)
+    if cls is None:
+        raise AccyError(f"unknown pass '{repro.pass_name}' in the reproducer")
+    known = [f.name for f in dataclasses.fields(cls) if f.init] \
+        if dataclasses.is_dataclass(cls) else []
+    unknown = sorted(k for k in repro.pass_options if k not in known)
+    if unknown:
+        raise AccyError(f"the reproducer gives pass '{repro.pass_name}' unknown option(s) "
+                        f"{', '.join(unknown)} (it takes "
+                        f"{', '.join(known) if known else 'no options'})")
+    try:
+        cls(**repro.pass_options)
+    except (TypeError, ValueError) as e:
+        raise AccyError(f"the reproducer's options for pass '{repro.pass_name}' are not "
+                        f"valid: {e}") from None
+

@@ -98,14 +98,17 @@ def opt(file: str, to: str, start: str, debuginfo: bool, target: str, shapes: tu
 @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
               help="Where result0.npy, result1.npy, … are written.")
 @click.option("--reference", is_flag=True, help="Run the NumPy reference interpreter.")
+@click.option("--cast", is_flag=True,
+              help="Convert inputs whose dtype is not their argument's (else an error).")
 @_shared
-def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, target: str,
-        shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, cast: bool,
+        target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
     """Compile, load and run FILE on .npy inputs (or interpret it with --reference)."""
     from accy.api import run_program
 
     run_options, bound = _request(target, shapes, options)
-    paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference)
+    paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference,
+                        cast=cast)
     for p in paths:
         click.echo(p)
 
@@ -170,7 +173,9 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, target: s
 @click.option("--scheduler", help="Address of a running Dask scheduler (default: a local "
               "cluster).")
 @click.option("--workers", type=click.IntRange(1, 256),
-              help="Workers of the local cluster (default 2).")
+              help="Workers of the local cluster (default 2; at most one per core).")
+@click.option("--force-workers", is_flag=True,
+              help="Start --workers N even when N is more than the cores here.")
 @click.option("--cache", "cache_dir", help="Artifact store: a folder or fsspec URL.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the JSON report here.")
@@ -181,9 +186,12 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, target: s
 @click.option("--keep-open", type=click.FloatRange(0), metavar="SECONDS",
               help="Keep the local cluster (and its dashboard) up this long after the batch.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--max-variants", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Refuse sweeps that define more variants than this (counted up front).")
 def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
-          cache_dir: str | None, report_path: str | None, explain_misses: bool,
-          html_path: str | None, keep_open: float | None, no_progress: bool) -> None:
+          force_workers: bool, cache_dir: str | None, report_path: str | None,
+          explain_misses: bool, html_path: str | None, keep_open: float | None,
+          no_progress: bool, max_variants: int) -> None:
     """Recompile every variant of the SWEEP files on a Dask cluster."""
     if scheduler and workers:
         raise click.UsageError("--scheduler and --workers exclude each other")
@@ -191,7 +199,8 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 
     code = batch_main(sweeps, scheduler=scheduler, workers=workers, cache=cache_dir,
                       report=report_path, explain_misses=explain_misses, html=html_path,
-                      keep_open=keep_open, echo=click.echo, progress=not no_progress)
+                      keep_open=keep_open, echo=click.echo, progress=not no_progress,
+                      force_workers=force_workers, max_variants=max_variants)
     if code:
         raise SystemExit(code)
 
@@ -200,10 +209,12 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 @click.argument("file", type=click.Path(dir_okay=False, exists=False))
 def repro(file: str) -> None:
     """Replay a captured failure reproducer."""
+    from accy.api import check_reproducer
     from accy.choir.passes import Reproducer
     from accy.pipeline import replay
 
     r = Reproducer.read(file)
+    check_reproducer(r)
     click.echo(f"replaying pipeline '{r.pipeline}', pass '{r.pass_name}' "
                f"(captured: {r.message})", err=True)
     replay(r)
@@ -247,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # an accy bug: one line unless ACCY_DEBUG is set
         if os.environ.get("ACCY_DEBUG"):
             raise
-        click.echo(f"error: internal error: {type(e).__name__}: {e} "
+        first = str(e).splitlines()[0] if str(e) else ""
+        click.echo(f"error: internal error: {type(e).__name__}: {first} "
                    f"(set ACCY_DEBUG=1 for a traceback)", err=True)
         return 1
     return 0

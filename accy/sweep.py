@@ -4,9 +4,12 @@ A sweep file (YAML) names ``programs`` (paths relative to the file) and,
 optionally, ``targets`` (default ``[host]``), ``shapes`` (one ``{argN: AxB}``
 binding per value) and ``options`` (``STAGE.NAME: [values]``, one axis each).
 The variants are programs × targets × shapes × every option axis, in that
-nesting order. Everything is checked up front: a malformed sweep raises
+nesting order. Everything is checked up front: a malformed sweep (bad YAML, a
+tag the safe loader does not construct, text that is not UTF-8) raises
 :class:`~accy.errors.SweepError` pointing at the file (and the line, where YAML
-knows it) before any work starts.
+knows it) before any work starts, and the variants are counted before any is
+built: more than ``max_variants`` (:data:`MAX_VARIANTS`) is an error saying how
+many the file defines.
 
 Example
 -------
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,10 @@ from accy.errors import OptionError, SweepError
 from accy.preparation.options import RunOptions, Target, parse_shapes
 
 TOP_LEVEL = ("programs", "targets", "shapes", "options")
+
+MAX_VARIANTS = 100_000
+"""Default cap on the variants of one batch (``accy batch --max-variants``): a small
+file can define millions, and the cap is checked before any is built."""
 
 
 @dataclass(frozen=True)
@@ -145,24 +152,89 @@ class _Reader:
         loader = yaml.SafeLoader("")
         try:
             return loader.construct_object(node, deep=True)
+        except yaml.YAMLError as e:  # a tag the safe loader does not construct
+            what = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise self.error(f"unsupported YAML value ({what}); a sweep holds plain "
+                             f"strings, numbers and lists", node) from None
         finally:
             loader.dispose()
 
 
-def load_sweep(path: str | os.PathLike[str]) -> list[Variant]:
+def load_sweep(path: str | os.PathLike[str], max_variants: int = MAX_VARIANTS) -> list[Variant]:
     """Every variant of one sweep file, duplicates removed, in nesting order.
 
     Raises
     ------
     SweepError
-        The file is missing or malformed; the message starts with its path.
+        The file is missing or malformed, or defines more than ``max_variants``
+        variants (counted before any is built); the message starts with its path.
     """
-    path = os.fspath(path)
+    return _dedupe(list(iter_sweep(path, max_variants)), os.fspath(path))
+
+
+def count_variants(path: str | os.PathLike[str]) -> int:
+    """How many variants the sweep file defines (programs × targets × shapes × axes),
+    duplicates included, without building them."""
+    return _read_sweep(os.fspath(path)).count
+
+
+def iter_sweep(path: str | os.PathLike[str], max_variants: int = MAX_VARIANTS) \
+        -> Iterator[Variant]:
+    """The variants of one sweep file, built one at a time (duplicates not removed).
+
+    The file is read and checked, and its variants counted, before the first
+    is yielded: more than ``max_variants`` is a :class:`SweepError` that says
+    how many it defines.
+    """
+    sweep = _read_sweep(os.fspath(path))
+    if sweep.count > max_variants:
+        raise SweepError(f"{sweep.path}: the sweep defines {sweep.count} variants, more than "
+                         f"the limit of {max_variants} (raise it with --max-variants)")
+    return sweep.variants()
+
+
+@dataclass
+class _Sweep:
+    """A checked sweep file: its axes, not yet multiplied out."""
+
+    path: str
+    programs: list[str]
+    targets: list[Target]
+    shapes: list[dict[int, tuple[int, ...]]]
+    axes: list[tuple[str, list[Any]]]
+
+    @property
+    def count(self) -> int:
+        n = len(self.programs) * len(self.targets) * len(self.shapes)
+        for _, values in self.axes:
+            n *= len(values)
+        return n
+
+    def variants(self) -> Iterator[Variant]:
+        for program, target, binding in itertools.product(self.programs, self.targets,
+                                                          self.shapes):
+            for combo in itertools.product(*(values for _, values in self.axes)):
+                options = {name: value for (name, _), value in zip(self.axes, combo)}
+                variant = Variant(program, str(target), dict(binding), options)
+                try:
+                    RunOptions.parse(target, options)
+                except OptionError as e:
+                    raise SweepError(f"{self.path}: variant {variant.id}: {e.message}") \
+                        from None
+                yield variant
+
+
+def _read_sweep(path: str) -> _Sweep:
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise SweepError(f"{path}: cannot read the sweep file: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: the sweep file is not UTF-8 text (byte {e.start} is "
+                         f"{data[e.start]:#04x})") from None
     r = _Reader(path)
     root = r.parse(text)
     if root is None:
@@ -220,17 +292,7 @@ def load_sweep(path: str | os.PathLike[str]) -> list[Variant]:
                 values.append(value)
             axes.append((name, values))
 
-    variants: list[Variant] = []
-    for program, target, binding in itertools.product(programs, targets, shapes):
-        for combo in itertools.product(*(values for _, values in axes)):
-            options = {name: value for (name, _), value in zip(axes, combo)}
-            variant = Variant(program, str(target), dict(binding), options)
-            try:
-                RunOptions.parse(target, options)
-            except OptionError as e:
-                raise SweepError(f"{path}: variant {variant.id}: {e.message}") from None
-            variants.append(variant)
-    return _dedupe(variants, path)
+    return _Sweep(path, programs, targets, shapes, axes)
 
 
 def _shape_value(r: _Reader, node: yaml.Node) -> str:
@@ -240,11 +302,25 @@ def _shape_value(r: _Reader, node: yaml.Node) -> str:
     return str(value)
 
 
-def load_sweeps(paths: Iterable[str | os.PathLike[str]]) -> list[Variant]:
-    """The variants of several sweep files, in order; a variant id given twice is kept once."""
+def load_sweeps(paths: Iterable[str | os.PathLike[str]],
+                max_variants: int = MAX_VARIANTS) -> list[Variant]:
+    """The variants of several sweep files, in order; a variant id given twice is kept once.
+
+    Every file is read and counted first; more than ``max_variants`` in all is a
+    :class:`SweepError` before any variant is built.
+    """
+    sweeps = [_read_sweep(os.fspath(p)) for p in paths]
+    total = sum(s.count for s in sweeps)
+    for s in sweeps:
+        if s.count > max_variants:
+            raise SweepError(f"{s.path}: the sweep defines {s.count} variants, more than "
+                             f"the limit of {max_variants} (raise it with --max-variants)")
+    if total > max_variants:
+        raise SweepError(f"the sweep files define {total} variants in all, more than the "
+                         f"limit of {max_variants} (raise it with --max-variants)")
     out: list[Variant] = []
-    for path in paths:
-        out.extend(load_sweep(path))
+    for s in sweeps:
+        out.extend(_dedupe(list(s.variants()), s.path))
     return _dedupe(out, "sweep files")
 
 

@@ -18,7 +18,9 @@ Example
 from __future__ import annotations
 
 import os
+import re
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
@@ -405,17 +407,118 @@ def _local_cluster(workers: int, dashboard_port: int) -> Any:
 
     from accy.dashboard.api import routes_config
     from accy.distributed import local_cluster_kwargs
+    from accy.distributed.quiet import PRELOAD as QUIET
     from accy.executable.device import gpu_available
 
     host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
     kwargs: dict[str, Any] = dict(n_workers=workers, threads_per_worker=1, processes=True,
                                   host=host, dashboard_address=f"{host}:{dashboard_port}",
                                   **local_cluster_kwargs())
+    # the workers' own logs of failures accy reports itself are dropped (accy.distributed.quiet)
+    kwargs["preload"] = [*kwargs.get("preload", []), QUIET]
     if gpu_available():
         kwargs["resources"] = {"GPU": 1}
     # routes_config: Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts.
-    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()):
-        return LocalCluster(**kwargs)
+    # Another cluster on 8787 moves the dashboard to a free port with a UserWarning;
+    # the port it got is in client.dashboard_link (printed by --keep-open).
+    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                category=UserWarning)
+        try:
+            return LocalCluster(**kwargs)
+        except (OSError, TimeoutError) as e:
+            raise AccyError(f"the local cluster of {workers} worker(s) did not start: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+                from None
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def local_workers(requested: int | None, force: bool, warn: Callable[[str], None]) -> int:
+    """The worker count of the local cluster: ``requested`` (default 2), capped at the
+    core count with a warning unless ``force``."""
+    cores = available_cores()
+    if requested is None:
+        return 2
+    if requested > cores and not force:
+        warn(f"warning: --workers {requested} is more than the {cores} core(s) here; "
+             f"starting {cores} (--force-workers starts {requested})")
+        return cores
+    return requested
+
+
+def check_scheduler_address(address: str) -> None:
+    """A one-line :class:`AccyError` for an address Dask cannot connect to at all:
+    no scheme or port, a scheme Dask has no comm for (``http://``), or ``tls://``
+    without the client certificates in Dask's config."""
+    from distributed.comm.addressing import parse_address
+    from distributed.comm.registry import backends
+
+    try:
+        scheme, loc = parse_address(address, strict=True)
+    except ValueError:
+        raise AccyError(f"--scheduler {address}: not a Dask scheduler address (expected "
+                        f"tcp://HOST:PORT or tls://HOST:PORT)") from None
+    if scheme not in backends:
+        raise AccyError(f"--scheduler {address}: Dask has no '{scheme}' comm (expected "
+                        f"{' or '.join(s + '://' for s in ('tcp', 'tls'))}; the dashboard's "
+                        f"http:// address is not the scheduler's)")
+    if ":" not in loc.rsplit("]", 1)[-1]:
+        raise AccyError(f"--scheduler {address}: no port (e.g. {scheme}://{loc}:8786)")
+    if scheme in ("tls", "wss"):
+        from distributed.security import Security
+
+        try:
+            context = Security().get_connection_args("client").get("ssl_context")
+        except (OSError, ValueError) as e:
+            raise AccyError(f"--scheduler {address}: the TLS configuration does not load: "
+                            f"{e}") from None
+        if context is None:
+            raise AccyError(f"--scheduler {address}: TLS needs certificates: set "
+                            f"distributed.comm.tls.ca-file, .client.cert and .client.key in "
+                            f"the Dask config (or DASK_DISTRIBUTED__COMM__TLS__* variables)")
+
+
+def check_store_url(url: str, local: bool) -> None:
+    """A one-line :class:`AccyError` for a ``--cache`` that cannot be a store: an
+    unknown fsspec protocol, a missing backend, a file, an unwritable folder.
+
+    With ``local`` (a cluster on this machine) a local folder is created now; for
+    a remote cluster only the URL is checked (the folder is the workers')."""
+    import fsspec
+
+    from accy.store import ArtifactStore, default_max_bytes
+
+    try:
+        fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as e:
+        raise AccyError(f"--cache {url}: not a usable store URL: "
+                        f"{str(e).splitlines()[0]}") from None
+    is_path = "://" not in url and "::" not in url
+    if not local and is_path:
+        return
+    if is_path:
+        path = os.path.abspath(os.path.expanduser(url))
+        probe = path
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if probe and not os.path.isdir(probe):
+            raise AccyError(f"--cache {url}: {probe} is a file, not a folder")
+    try:
+        ArtifactStore(url, default_max_bytes())
+    except AccyError as e:
+        raise AccyError(f"--cache {url}: {e.message}") from None
+    except (OSError, ValueError, ImportError) as e:
+        raise AccyError(f"--cache {url}: not a usable store: {e}") from None
+    if is_path and not os.access(path, os.W_OK | os.X_OK):
+        raise AccyError(f"--cache {url}: the folder is not writable")
 
 
 def format_summary(result: BatchResult) -> str:
@@ -443,30 +546,51 @@ def format_summary(result: BatchResult) -> str:
 def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | None,
                cache: str | None, report: str | None, explain_misses: bool,
                html: str | None, keep_open: float | None, echo: Callable[[str], None],
-               progress: bool = True) -> int:
-    """``accy batch``: returns the exit code (0 all ok, 1 any failed)."""
+               progress: bool = True, force_workers: bool = False,
+               max_variants: int | None = None) -> int:
+    """``accy batch``: returns the exit code (0 all ok, 1 any failed).
+
+    Everything a user can get wrong is checked before a cluster starts: the
+    sweeps (at most ``max_variants`` variants), the scheduler address, the
+    ``--cache`` store and where the report and page go. Each failed variant is
+    said once, as a ``FAILED`` line after the summary (the progress bar names it
+    as it fails).
+    """
     import sys
 
     from distributed import Client
     from tqdm import tqdm
 
+    from accy.api import check_writable_file, write_report_file
+    from accy.distributed import quiet
     from accy.distributed.state import unpin
-    from accy.preparation.report import write_report
     from accy.store import default_store_url
-    from accy.sweep import load_sweeps
+    from accy.sweep import MAX_VARIANTS, load_sweeps
 
-    variants = load_sweeps(list(sweeps))
+    def warn(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    variants = load_sweeps(list(sweeps), MAX_VARIANTS if max_variants is None else max_variants)
     if not variants:
         raise AccyError("the sweep files define no variant")
     store_url = cache or default_store_url()
+    if scheduler:
+        check_scheduler_address(scheduler)
+    check_store_url(store_url, local=not scheduler)
+    for path, what in ((report, "the report"), (html, "the HTML page")):
+        if path:
+            check_writable_file(path, what)
     cluster = None
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError) as e:
-            raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        except (OSError, TimeoutError, ValueError, TypeError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {first}") \
+                from None
     else:
-        cluster = _local_cluster(workers or 2, 8787)
+        quiet.install()  # this process runs the local cluster's scheduler
+        cluster = _local_cluster(local_workers(workers, force_workers, warn), 8787)
         client = Client(cluster)
     try:
         if keep_open is not None:
@@ -475,13 +599,15 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
         bar = tqdm(total=len(variants), unit="variant", disable=not progress,
                    file=sys.stderr, dynamic_ncols=True)
         failed: list[VariantOutcome] = []
+        texts: dict[str, bytes | None] = {}
 
         def done(o: VariantOutcome) -> None:
             bar.update(1)
             if o.status != "ok":
+                _own_location(o, texts)
                 failed.append(o)
-                bar.write(f"failed: {o.id}: {(o.failure or {}).get('message', '')}",
-                          file=sys.stderr)
+                if progress:  # the details follow the summary, once
+                    bar.write(f"failed: {o.id}", file=sys.stderr)
 
         result = run_batch(client, variants, store_url=store_url, on_done=done)
         bar.close()
@@ -492,16 +618,19 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
                 for r in o.receipts:
                     if not r.reused and not r.skipped and r.explain:
                         echo(f"{o.id} {r.stage}: {r.explain}")
-        for o in failed:
-            f = o.failure or {}
-            echo(f"FAILED {o.id}: {f.get('pipeline')}/{f.get('pass')}: {f.get('message')}"
-                 + (f" (reproducer: {f['reproducer']})" if f.get("reproducer") else ""))
+        for o in result.outcomes:
+            if o.status != "ok":
+                echo(_failed_line(o))
         data = result.report()
         if report:
-            write_report(report, data["variants"], data["summary"])
+            write_report_file(report, data["variants"], data["summary"])
             echo(f"report: {report}")
         if html:
-            _write_html(client, result, html)
+            try:
+                _write_html(client, result, html)
+            except OSError as e:
+                raise AccyError(f"cannot write the HTML page to {html}: "
+                                f"{e.strerror or e}") from None
             echo(f"html: {html}")
         if keep_open is not None and cluster is not None:
             sys.stdout.flush()
@@ -516,6 +645,61 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _failed_line(o: VariantOutcome) -> str:
+    """``FAILED id: pipeline/pass: message (reproducer: …)``; an exception that is not
+    an accy error (``TypeError: …``, an accy bug) says so."""
+    f = o.failure or {}
+    message = str(f.get("message", ""))
+    head = message.split(":", 1)[0]
+    if head.isidentifier() and head.endswith(("Error", "Exception")) \
+            and head not in _accy_error_names():
+        message += " (internal error; ACCY_DEBUG=1 shows the workers' tracebacks)"
+    return (f"FAILED {o.id}: {f.get('pipeline')}/{f.get('pass')}: {message}"
+            + (f" (reproducer: {f['reproducer']})" if f.get("reproducer") else ""))
+
+
+def _accy_error_names() -> set[str]:
+    names: set[str] = set()
+    todo: list[type] = [AccyError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
+
+
+_LOCATED = re.compile(r"^(?P<path>[^\n]+?):(?P<line>\d+):(?P<col>\d+): error: ")
+
+
+def _own_location(o: VariantOutcome, texts: dict[str, bytes | None]) -> None:
+    """Point a failure's ``FILE:LINE:COL`` at the variant's own program.
+
+    Programs with the same content share their stage tasks and stored products
+    (one key), so a failure's location can name whichever program first made
+    the task or the product: another program of the batch, or one a batch before
+    stored. When that file's text is this program's, the location is the same
+    in this file and the message names it; otherwise the message says where the
+    location comes from.
+    """
+    f = o.failure
+    m = _LOCATED.match(f.get("message") or "") if f and isinstance(f.get("message"), str) \
+        else None
+    if f is None or m is None or os.path.abspath(m["path"]) == os.path.abspath(o.program):
+        return
+    for p in (m["path"], o.program):
+        if p not in texts:
+            try:
+                with open(p, "rb") as fh:
+                    texts[p] = fh.read()
+            except OSError:
+                texts[p] = None
+    if texts[o.program] is not None and texts[m["path"]] == texts[o.program]:
+        f["message"] = o.program + f["message"][len(m["path"]):]
+    else:
+        f["message"] += (f" (the location is in {m['path']}, a program with the same "
+                         f"content as {o.program})")
 
 
 def _record(client: Any, result: BatchResult) -> None:

@@ -255,3 +255,36 @@ def test_the_local_cluster_binds_where_its_dashboard_link_says(tmp_path, asked):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_stage_failures_on_the_local_cluster_are_said_once_and_name_their_own_file(tmp_path):
+    """A program that needs --shape (two copies with the same text, so they share their
+    tasks) and a shape for an argument that does not exist: each failure is one line,
+    naming its own program; no worker log block, no traceback."""
+    text = (GRAPHS / "softmax.mlir").read_text()
+    (tmp_path / "a.mlir").write_text(text)
+    (tmp_path / "b.mlir").write_text(text)
+    twins = write_sweep(tmp_path / "twins.yaml", ["a.mlir", "b.mlir"])
+    badarg = write_sweep(tmp_path / "badarg.yaml", [str(GRAPHS / "softmax.mlir")],
+                         shapes=[{"arg0": "8x64", "arg5": "4x4"}])
+    report = tmp_path / "R.json"
+    run = accy("batch", str(twins), str(badarg), "--workers", "1", "--no-progress",
+               "--cache", str(tmp_path / "store"), "--report", str(report), cwd=tmp_path)
+    both = run.stdout + run.stderr
+    assert run.returncode == 1, both
+    assert "Traceback" not in both and "Compute Failed" not in both, both
+    unbound = ("error: pipeline 'tensor', pass 'require-static-shapes': argument 0 has unbound "
+               "dims (tensor<?x?xf32>): bind them with --shape arg0=NxN")
+    for name in ("a", "b"):
+        assert both.count(f"{tmp_path / name}.mlir:4:8: {unbound}") == 1, both
+    extra = ("error: pipeline 'contract', pass 'specialize-shapes': --shape arg5=4x4: "
+             "function 'main' has 1 argument")
+    assert both.count(extra) == 1, both
+    failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
+    assert [line.split(":", 1)[0] for line in failed] == [
+        "FAILED a[target=host]", "FAILED b[target=host]",
+        "FAILED softmax[target=host,arg0=8x64,arg5=4x4]"]
+    assert run.stderr == "", run.stderr
+    doc = json.loads(report.read_text())
+    assert [v["failure"]["message"].split(":", 1)[0] for v in doc["variants"]] == \
+        [str(tmp_path / "a.mlir"), str(tmp_path / "b.mlir"), str(GRAPHS / "softmax.mlir")]
