@@ -162,3 +162,15 @@ def test_opt_resumes_from_a_dumped_product_and_checks_its_plans(tmp_path: Path):
     dump.write_text(memory.text().replace("strides", "strdes"))
     with pytest.raises(AccyError, match="no field 'strdes'"):
         lower_to(str(dump), "kernel", opts, shapes, start="memory")
+
+
+def test_explain_compares_values_not_their_spelling():
+    from accy.preparation.keys import explain, make_key
+
+    new = make_key({"stage": "contract", "version": "1", "input": "ab",
+                    "options": {"shapes": {"arg0": (1024, 1024)}}})
+    wire = {"stage": "contract", "version": "1", "input": "ab",
+            "options": {"shapes": {"arg0": [1024, 1024]}}}  # as it comes back over the wire
+    assert explain(new, wire) == "same key"
+    wire["options"]["shapes"]["arg0"] = [1024, 512]
+    assert explain(new, wire) == "option shapes: {'arg0': [1024, 512]} -> {'arg0': [1024, 1024]}"

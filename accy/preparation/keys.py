@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accy.files import jsonable
+
 REGISTRIES = frozenset({"accy.dialects"})
 """Packages imported only to register what they define (the parser's and the wire
 decoder's ``import accy.dialects``): their own source counts, but their imports
@@ -183,7 +185,9 @@ def explain(new: StageKey, old_fields: Mapping[str, Any] | None) -> str:
     """Which part of a stage key changed since ``old_fields`` (a published key's fields)."""
     if old_fields is None:
         return "no published entry for this variant"
-    if dict(old_fields) == new.fields:
+    # fields that crossed the wire come back with tuples as lists: compare JSON values
+    old_fields = jsonable(dict(old_fields))
+    if old_fields == jsonable(new.fields):
         return "same key"
     parts = []
     if old_fields.get("version") != new.fields["version"]:
@@ -193,7 +197,7 @@ def explain(new: StageKey, old_fields: Mapping[str, Any] | None) -> str:
                      f"{new.fields['input'][:12]}")
     old_opts = old_fields.get("options") or {}
     for name in sorted(set(old_opts) | set(new.fields["options"])):
-        a, b = old_opts.get(name), new.fields["options"].get(name)
+        a, b = old_opts.get(name), jsonable(new.fields["options"].get(name))
         if a != b:
             parts.append(f"option {name}: {a!r} -> {b!r}")
     return "; ".join(parts) or "key fields differ"
