@@ -108,4 +108,4 @@ def _region(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
 def _reshape(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
     t = op.results[0].type
     assert isinstance(t, TensorType)
-    return [args[0].reshape(tuple(int(d) for d in t.shape))]  # type: ignore[arg-type]
+    return [args[0].reshape(tuple(int(d) for d in t.shape if d is not None))]

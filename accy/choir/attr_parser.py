@@ -62,7 +62,7 @@ class AttrParser(Lexer):
         self.alias_ends: dict[int, int] = {}
         """Start -> end of each ``#name = loc(…)`` definition line."""
         for m in _LOC_DEF.finditer(text):
-            self.loc_aliases[m.group(1)] = self._loc_from_text(m.group(2))
+            self.loc_aliases[m.group(1)] = self._loc_from_text(m.group(2)) or UNKNOWN
             self.alias_ends[m.start()] = m.end()
 
     # -------------------------------------------------------------------- types

@@ -282,7 +282,7 @@ class DenseElementsAttr(Attribute):
 
     def __hash__(self) -> int:
         if self._hash is None:  # computed once, without copying the values
-            digest = hashlib.blake2b(memoryview(_bit_view(self.data)), digest_size=16).digest()
+            digest = hashlib.blake2b(_bit_view(self.data).data, digest_size=16).digest()
             object.__setattr__(self, "_hash", hash((self.type, self.splat, digest)))
         return self._hash  # type: ignore[return-value]
 

@@ -159,7 +159,7 @@ class Parser(AttrParser):
         for name, count, rpos in results:
             if name in self.scopes[-1]:
                 raise self.error(f"redefinition of SSA value '%{name}'", rpos)
-            self.scopes[-1][name] = op.results[k:k + count]
+            self.scopes[-1][name] = list(op.results[k:k + count])
             k += count
         self.depth -= 1
         return op

@@ -234,7 +234,9 @@ class PassManager:
         self.limits = limits or WorkLimits()
         self.record_bytes = record_bytes
         if verifier is None:
-            from accy.choir.verifier import verify as verifier
+            from accy.choir.verifier import verify
+
+            verifier = verify
         self.verifier: Callable[[Operation], None] = verifier
 
     def _before(self, module: Operation, index: int) -> Operation:

@@ -212,7 +212,7 @@ class _Decoder:
         _need(depth < MAX_DEPTH, "type nested too deeply")
         if isinstance(x, str):
             return self.scalar(x)
-        _need(isinstance(x, list) and x and isinstance(x[0], int), "type")
+        _need(isinstance(x, list) and bool(x) and isinstance(x[0], int), "type")
         tag = x[0]
         if tag == 0:
             _need(len(x) == 3 and isinstance(x[1], list), "tensor type")
@@ -235,8 +235,9 @@ class _Decoder:
 
     def attr(self, x: Any, depth: int) -> Attribute:
         _need(depth < MAX_DEPTH, "attribute nested too deeply")
-        _need(isinstance(x, list) and x and isinstance(x[0], int), "attribute")
+        _need(isinstance(x, list) and bool(x) and isinstance(x[0], int), "attribute")
         tag, n = x[0], len(x)
+        t: Type
         if tag == 0:
             _need(n == 3 and isinstance(x[1], int) and not isinstance(x[1], bool), "integer")
             t = self.scalar(x[2])

@@ -153,7 +153,8 @@ _FOLD_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
         "eq": np.equal, "ne": np.not_equal}
-_FOLD_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+_FOLD_REDUCE: dict[str, Callable[..., Any]] = {"sum": np.sum, "max": np.max, "min": np.min,
+                                               "mean": np.mean}
 
 
 class _Node:
@@ -232,7 +233,7 @@ class _Importer:
             if handler is None:
                 raise self.unsupported(f"op '{node.op_type}' "
                                        f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
-            ins = []
+            ins: list[Any] = []
             for name in proto.input:
                 if not name:
                     ins.append(None)
@@ -418,7 +419,7 @@ class _Importer:
 
     def select(self, c: T, a: T, b: T) -> T:
         if _is_const(c) and _is_const(a) and _is_const(b):
-            return np.where(c, a, b).astype(a.dtype)
+            return np.asarray(np.where(c, a, b)).astype(a.dtype)
         va, vb = self.pair(a, b)
         return self.p.select(self.value(c), va, vb)
 
@@ -455,7 +456,7 @@ class _Importer:
     def broadcast_to(self, x: T, shape: Sequence[int | None]) -> T:
         shape = tuple(shape)
         if _is_const(x) and None not in shape:
-            return np.array(np.broadcast_to(x, shape))
+            return np.array(np.broadcast_to(x, tuple(int(d) for d in shape if d is not None)))
         if self.shape(x) == shape:
             return x
         return self.p.broadcast_to(self.value(x), shape)
@@ -640,6 +641,7 @@ def _dropout(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 
 @_op("Cast", "CastLike")
 def _cast(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    el: str | None
     if n.op_type == "CastLike":
         el = imp.el(ins[1])
     else:
@@ -967,7 +969,7 @@ def _depth_space(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     if len(s) != 4 or None in s:
         raise imp.unsupported(f"{n.op_type} of {list(s)} (needs a static rank-4 tensor)")
     b = int(n.get("blocksize"))
-    nb, c, h, w = s  # type: ignore[misc]
+    nb, c, h, w = (int(d) for d in s if d is not None)
     if n.op_type == "SpaceToDepth":
         y = imp.reshape(x, (nb, c, h // b, b, w // b, b))
         crd = n.get("mode", "DCR") == "CRD"  # SpaceToDepth has a mode from opset 28
@@ -990,7 +992,7 @@ def _trilu(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
         ins[1] is not None else 0
     if len(s) < 2 or s[-1] is None or s[-2] is None:
         raise imp.unsupported("Trilu needs static last two dims")
-    ones = np.ones(s[-2:], dtype=bool)  # type: ignore[arg-type]
+    ones = np.ones(tuple(int(d) for d in s[-2:] if d is not None), dtype=np.bool_)
     mask = np.triu(ones, k) if int(n.get("upper", 1)) else np.tril(ones, k)
     if _is_const(x):
         return [np.where(mask, x, 0).astype(x.dtype)]
@@ -1084,7 +1086,7 @@ def _slice(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 @_op("Range")
 def _range(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     start, limit, delta = (imp.const(x, "constant start, limit and delta") for x in ins)
-    return [np.arange(start, limit, delta).astype(start.dtype)]
+    return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
 
 
 @_op("EyeLike")

@@ -64,7 +64,7 @@ class FoldConstants(Pass):
             return None
         try:
             with np.errstate(all="ignore"):
-                arrays = [IMPLS["semantic.constant"](v.owner, [])[0]  # type: ignore[union-attr]
+                arrays = [IMPLS["semantic.constant"](v.owner, [])[0]  # type: ignore[union-attr,arg-type]
                           for v in op.operands]
                 (result,) = IMPLS[op.op_name](op, arrays)
         except AccyError:
