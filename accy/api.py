@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 def load_program(path: str) -> SemanticModule:
     """Parse and verify a program file."""
-    return SemanticModule.from_file(path)
+    from accy.frontends import load_program as load
+
+    return load(path)
 
 
 def check_program(path: str, options: RunOptions | None = None,

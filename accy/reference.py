@@ -109,8 +109,6 @@ def run_reference(module: ModuleOp, inputs: Sequence[np.ndarray], *,
     >>> run_reference(m, [np.zeros((2, 4096), np.float32)])[0].sum()  # doctest: +SKIP
     2.0
     """
-    import accy.reference_lowered  # noqa: F401  (prim and dispatch ops of later stages)
-
     func = _find_function(module, function)
     args = bind_inputs(func, inputs)
     with np.errstate(all="ignore"):
@@ -154,7 +152,9 @@ def run_block(block: Block, args: Sequence[np.ndarray]) -> list[np.ndarray]:
         if impl is None:
             if "terminator" in op.traits or (op is block.ops[-1] and not op.results):
                 return operands
-            raise VerifyError(f"no reference implementation for '{op.op_name}'", op.loc)
+            hint = " (the prim and dispatch ops of later stages: import accy.reference_lowered)" \
+                if op.op_name.split(".")[0] in ("prim", "dispatch") else ""
+            raise VerifyError(f"no reference implementation for '{op.op_name}'{hint}", op.loc)
         try:
             results = impl(op, operands)
         except ValueError as e:  # NumPy shape errors: operands that do not broadcast, …

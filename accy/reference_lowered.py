@@ -12,7 +12,7 @@ Example
 -------
 >>> import numpy as np
 >>> from accy.choir.parser import parse_module
->>> from accy.reference import run_reference
+>>> from accy.reference import run_reference  # this module is imported: prim ops run
 >>> m = parse_module('''"builtin.module"() ({
 ...   "func.func"() <{function_type = (tensor<2x3xf32>) -> tensor<2x1xf32>, sym_name = "main"}> ({
 ...   ^bb0(%x: tensor<2x3xf32>):

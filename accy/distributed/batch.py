@@ -37,6 +37,7 @@ from accy.distributed.graph import (
     resolve_many,
 )
 from accy.errors import AccyError
+from accy.frontends import load_program
 from accy.pipeline import PREPARATION_NAMES
 from accy.preparation.keys import StageKey, explain
 from accy.preparation.products import SemanticModule
@@ -312,7 +313,7 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     for v in variants:
         if v.program not in modules:
             try:
-                modules[v.program] = SemanticModule.from_file(v.program)
+                modules[v.program] = load_program(v.program)
             except AccyError as e:
                 modules[v.program] = e
         mod = modules[v.program]

@@ -31,8 +31,9 @@ import numpy as np
 from accy.errors import FragmentCompileError, FragmentLoadError
 from accy.files import write_atomic
 from accy.paths import lasting_source, private_subdir
+from accy.target.backend import HOST_FLAGS
 
-DEFAULT_HOST_FLAGS: tuple[str, ...] = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
+DEFAULT_HOST_FLAGS: tuple[str, ...] = HOST_FLAGS  # the host backend's flags
 """Flags :func:`compile_host` passes to the C compiler unless told otherwise."""
 
 

@@ -23,6 +23,7 @@ from accy.errors import AccyError, FragmentLoadError
 from accy.executable.compile import CompiledFragment, FragmentPlan
 from accy.numerics import bf16_bits
 from accy.paths import fresh_file
+from accy.target.backend import backend_of
 
 _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
@@ -50,20 +51,22 @@ class LoadedFragment:
         self.plan: FragmentPlan = compiled.plan
         self._lock = threading.Lock()
         self._arena: Any = None
-        if self.plan.language == "c":
+        self.backend = backend_of(self.plan.target)
+        """The target's backend: a host library (ctypes) or a CUDA module (CuPy)."""
+        if not self.backend.needs_gpu:
             from accy.executable.device import HostLibrary
 
             # a file this call just created (O_EXCL), never a path that may pre-exist
             path = fresh_file(compiled.binary, f"fragment-{self.key[:16]}-", ".so", workspace)
             self._lib: Any = HostLibrary(path)
-            self.device = "host"
+            self.device = self.backend.kind
         else:
             from accy.executable.device import CudaModule, gpu_available
 
             if not gpu_available():
                 raise FragmentLoadError("no GPU: a CUDA fragment cannot be loaded here")
             self._module: Any = CudaModule(compiled.binary)
-            self.device = "cuda"
+            self.device = self.backend.kind
 
     # ------------------------------------------------------------------ calls
     def _check_inputs(self, inputs: Sequence[Any]) -> None:
@@ -78,7 +81,7 @@ class LoadedFragment:
     def __call__(self, *inputs: Any) -> list[Any]:
         self._check_inputs(inputs)
         with self._lock:
-            if self.device == "host":
+            if not self.backend.needs_gpu:
                 return self._run_host(inputs)
             return self._run_cuda(inputs)
 

@@ -21,9 +21,20 @@ def load_model_file(path: str, **kwargs: Any) -> SemanticModule:
     return import_onnx(path, **kwargs)
 
 
+def load_program(path: str) -> SemanticModule:
+    """The verified semantic module of any program file: choir text, or a model a
+    front end reads (``*.onnx``). Every command that takes a program path reads it here.
+    """
+    if is_frontend_file(path):
+        return load_model_file(path)
+    from accy.preparation.products import SemanticModule
+
+    return SemanticModule.from_file(path)
+
+
 def is_frontend_file(path: str) -> bool:
     """Whether ``path`` names a model a front end reads (by its suffix)."""
     return str(path).lower().endswith(".onnx")
 
 
-__all__ = ["is_frontend_file", "load_model_file"]
+__all__ = ["is_frontend_file", "load_model_file", "load_program"]

@@ -116,10 +116,8 @@ class SemanticModule(Product):
 
     @staticmethod
     def from_file(path: str) -> SemanticModule:
-        from accy.frontends import is_frontend_file, load_model_file
-
-        if is_frontend_file(path):  # an ONNX model: accy.frontends.onnx
-            return load_model_file(path)
+        """Parse and verify a choir text file (:func:`accy.frontends.load_program` also
+        reads models of the front ends)."""
         from accy.choir.parser import parse_file
 
         sm = SemanticModule(parse_file(path), {"source": path})

@@ -243,8 +243,10 @@ def test_an_unsupported_element_type_is_a_verify_error(monkeypatch):
     %0 = "semantic.cast"(%a0) : ({T}) -> tensor<4x8xf64>
     "func.return"(%0) : (tensor<4x8xf64>) -> ()""")
     emit(sm)  # f64 is supported as is
-    narrowed = {k: v - {"f64"} for k, v in target_passes.SUPPORTED.items()}
-    monkeypatch.setattr(target_passes, "SUPPORTED", narrowed)
+    from accy.target.backend import CudaBackend
+
+    # the backend declares its dtypes: a backend without f64 rejects the program
+    monkeypatch.setattr(CudaBackend, "dtypes", CudaBackend.dtypes - {"f64"})
     with pytest.raises(PassFailedError) as info:
         emit(sm)
     assert isinstance(info.value.__cause__, VerifyError)

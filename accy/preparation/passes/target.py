@@ -10,6 +10,7 @@ step reads nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from accy.choir.attributes import (
@@ -25,9 +26,14 @@ from accy.choir.ir import Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.errors import VerifyError
+from accy.target import cuda, host
+from accy.target.backend import backend_of
 
-SUPPORTED = {"host": {"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"},
-             "cuda": {"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"}}
+RENDERERS: dict[str, Callable[[list[KernelFuncOp], bool], str]] = {
+    "c": lambda kernels, fast_math: host.emit_kernels(kernels),
+    "cuda": cuda.emit_kernels,
+}
+"""The renderer of each backend language (it spells what the kernel stage decided)."""
 
 
 @dataclass(frozen=True)
@@ -39,19 +45,24 @@ class CheckTargetSupport(Pass):
     target: str = "host"
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
-        kind = "host" if self.target == "host" else "cuda"
+        backend = backend_of(self.target)
         for op in module.walk():
             for v in list(op.results) + [a for r in op.regions for b in r.blocks
                                          for a in b.args]:
                 el = getattr(v.type, "element", None)
-                if el is not None and el.name not in SUPPORTED[kind]:
+                if el is not None and el.name not in backend.dtypes:
                     raise VerifyError(f"element type {el} is not supported on {self.target}",
                                       op.loc)
             if isinstance(op, KernelFuncOp):
-                block = op.plan.block
-                if kind == "cuda" and block[0] * block[1] * block[2] > 1024:
-                    raise VerifyError(f"kernel '{op.sym_name}' needs more than 1024 threads",
-                                      op.loc)
+                plan = op.plan
+                threads = plan.block[0] * plan.block[1] * plan.block[2]
+                if threads > backend.max_threads_per_block:
+                    raise VerifyError(f"kernel '{op.sym_name}' needs more than "
+                                      f"{backend.max_threads_per_block} threads", op.loc)
+                if plan.shared_bytes > backend.max_shared_bytes:
+                    raise VerifyError(f"kernel '{op.sym_name}' needs {plan.shared_bytes} bytes "
+                                      f"of shared memory (at most {backend.max_shared_bytes} "
+                                      f"on {backend.name})", op.loc)
                 ctx.stat("kernels")
 
 
@@ -66,16 +77,8 @@ class EmitSource(Pass):
     def apply(self, ctx: PassContext, module: Operation) -> None:
         assert isinstance(module, ModuleOp)
         kernels = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
-        if self.target == "host":
-            from accy.target import host
-
-            source = host.emit_kernels(kernels)
-            language = "c"
-        else:
-            from accy.target import cuda
-
-            source = cuda.emit_kernels(kernels, self.fast_math)
-            language = "cuda"
+        language = backend_of(self.target).language
+        source = RENDERERS[language](kernels, self.fast_math)
         kmap = {k.sym_name: k for k in kernels}
         entry = module.entry()
         launches = []
