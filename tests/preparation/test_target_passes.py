@@ -23,7 +23,6 @@ from accy.executable.compile import compile_fragment
 from accy.executable.fragment import LoadedFragment
 from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
-from accy.preparation.passes import target as target_passes
 from accy.preparation.passes.target import launch_table_comment
 from accy.preparation.products import SemanticModule
 from accy.reference import run_reference
