@@ -50,6 +50,11 @@ class Backend:
     max_threads_per_block: ClassVar[int]
     max_shared_bytes: ClassVar[int]
     """Static shared memory a kernel may use (bytes)."""
+    max_grid: ClassVar[tuple[int, int, int]]
+    """Blocks a launch may have along x, y, z."""
+    max_buffer_bytes: ClassVar[int] = 1 << 40
+    """The largest global buffer accy plans for (1 TiB): a bigger one is an error at
+    the target stage, before anything is allocated."""
     dtypes: ClassVar[frozenset[str]] = ALL_DTYPES
 
     @property
@@ -88,6 +93,7 @@ class HostBackend(Backend):
     needs_gpu: ClassVar[bool] = False
     max_threads_per_block: ClassVar[int] = 1 << 30
     max_shared_bytes: ClassVar[int] = 1 << 30
+    max_grid: ClassVar[tuple[int, int, int]] = (1 << 62, 1 << 62, 1 << 62)
 
     @property
     def arch(self) -> str:
@@ -121,6 +127,7 @@ class CudaBackend(Backend):
     needs_gpu: ClassVar[bool] = True
     max_threads_per_block: ClassVar[int] = 1024
     max_shared_bytes: ClassVar[int] = 48 * 1024
+    max_grid: ClassVar[tuple[int, int, int]] = ((1 << 31) - 1, 65535, 65535)
 
     @property
     def arch(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -341,3 +342,20 @@ def test_integer_extremes_survive_reductions_and_casts_on_the_host():
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert nvrtc(source(emit(sm)))[:4] == b"\x7fELF"
+
+
+# ------------------------------------------------------ launch and buffer limits
+
+
+@pytest.mark.parametrize("target, message", [
+    ("cuda:sm_90", "needs 4294967296 blocks along x, more than cuda:sm_90 allows (2147483647)"),
+    ("host", "needs 70368744177664 bytes, more than accy plans for on host"),
+])
+def test_launch_geometry_and_buffers_are_checked_against_the_backend(target, message):
+    from accy.api import emit_source
+    from accy.errors import AccyError
+
+    with pytest.raises(AccyError, match=re.escape(message)):
+        emit_source(str(Path(__file__).resolve().parents[2] / "graphs" / "softmax.mlir"),
+                    RunOptions.parse(target),
+                    {0: (4294967296, 4096)})

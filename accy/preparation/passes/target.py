@@ -25,6 +25,7 @@ from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.ir import Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
+from accy.dialects.memory import buffer_plan
 from accy.errors import VerifyError
 from accy.target import cuda, host
 from accy.target.backend import backend_of
@@ -59,11 +60,24 @@ class CheckTargetSupport(Pass):
                 if threads > backend.max_threads_per_block:
                     raise VerifyError(f"kernel '{op.sym_name}' needs more than "
                                       f"{backend.max_threads_per_block} threads", op.loc)
+                for axis, n, limit in zip("xyz", plan.grid, backend.max_grid):
+                    if n > limit:
+                        raise VerifyError(f"kernel '{op.sym_name}' needs {n} blocks along "
+                                          f"{axis}, more than {backend.name} allows ({limit})",
+                                          op.loc)
                 if plan.shared_bytes > backend.max_shared_bytes:
                     raise VerifyError(f"kernel '{op.sym_name}' needs {plan.shared_bytes} bytes "
                                       f"of shared memory (at most {backend.max_shared_bytes} "
                                       f"on {backend.name})", op.loc)
                 ctx.stat("kernels")
+        if isinstance(module, ModuleOp):
+            for b in buffer_plan(module.entry()):
+                if b.bytes > backend.max_buffer_bytes:
+                    raise VerifyError(f"buffer {b.id} ({b.kind}, shape "
+                                      f"{'x'.join(map(str, b.shape))} {b.dtype}) needs "
+                                      f"{b.bytes} bytes, more than accy plans for on "
+                                      f"{backend.name} ({backend.max_buffer_bytes})",
+                                      module.entry().loc)
 
 
 @dataclass(frozen=True)
