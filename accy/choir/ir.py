@@ -27,6 +27,22 @@ from accy.choir.attributes import Attribute, Type
 from accy.choir.location import UNKNOWN, Location
 
 OP_REGISTRY: dict[str, type[Operation]] = {}
+
+
+def declared_ops(dialect: str, base: type | None = None, trait: str | None = None) \
+        -> tuple[str, ...]:
+    """The short names of the declared ops of ``dialect`` (declaration order), optionally
+    only the subclasses of ``base`` or the ops with ``trait``: lists of ops by kind come
+    from the declarations, never from hand-kept tuples.
+
+    >>> "add" in declared_ops("builtin")
+    False
+    """
+    prefix = f"{dialect}."
+    return tuple(name[len(prefix):] for name, cls in OP_REGISTRY.items()
+                 if name.startswith(prefix)
+                 and (base is None or issubclass(cls, base))
+                 and (trait is None or trait in cls.traits))
 """Declared op classes by name, filled by ``Operation.__init_subclass__``."""
 
 

@@ -31,9 +31,8 @@ Example
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from accy.choir.attributes import I1, DenseArrayAttr, TensorType, Type
+from accy.choir.ir import OP_REGISTRY, declared_ops
 from accy.dialects import semantic
 from accy.dialects.semantic import PREDICATES, SemanticOp
 
@@ -66,7 +65,12 @@ class PrimUnaryOp(PrimOp):
 
     num_operands = 1
     traits = frozenset({"pure", "elementwise"})
-    float_only: ClassVar[bool] = True
+
+    @property
+    def float_only(self) -> bool:
+        """Whether it needs floating-point operands: as its semantic twin declares."""
+        twin = OP_REGISTRY.get("semantic." + self.op_name.split(".", 1)[1])
+        return bool(getattr(twin, "float_only", True))
 
     def infer(self) -> Type:
         t = self.tensor_operand(0)
@@ -94,12 +98,10 @@ class PrimBinaryOp(PrimOp):
 
 class NegOp(PrimUnaryOp):
     name = "prim.neg"
-    float_only = False
 
 
 class AbsOp(PrimUnaryOp):
     name = "prim.abs"
-    float_only = False
 
 
 class ExpOp(PrimUnaryOp):
@@ -128,7 +130,6 @@ class SigmoidOp(PrimUnaryOp):
 
 class ReluOp(PrimUnaryOp):
     name = "prim.relu"
-    float_only = False
 
 
 class ErfOp(PrimUnaryOp):
@@ -149,7 +150,6 @@ class ReciprocalOp(PrimUnaryOp):
 
 class FloorOp(PrimUnaryOp):
     name = "prim.floor"
-    float_only = False
 
 
 class AddOp(PrimBinaryOp):
@@ -343,10 +343,9 @@ def broadcast_dims(operand_rank: int, result_rank: int) -> tuple[int, ...]:
     return tuple(range(result_rank - operand_rank, result_rank))
 
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf",
-             "sin", "cos", "reciprocal", "floor")
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
-PRIM_OPS = tuple(f"prim.{u}" for u in UNARY_OPS + BINARY_OPS) + tuple(
-    f"prim.{n}" for n in ("cmp", "select", "cast", "constant", "broadcast", "reduce", "matmul",
-                          "transpose", "reshape"))
+UNARY_OPS = declared_ops("prim", PrimUnaryOp)
+BINARY_OPS = tuple(n for n in declared_ops("prim", PrimBinaryOp) if n != "cmp")
+PRIM_OPS = tuple(f"prim.{n}" for n in declared_ops("prim"))
 """Every op name of the prim dialect."""
+ELEMENTWISE_OPS = frozenset(f"prim.{n}" for n in declared_ops("prim", trait="elementwise"))
+"""The prim ops that compute each element from the same element of their operands."""

@@ -35,7 +35,7 @@ from accy.choir.attributes import (
     TensorType,
     Type,
 )
-from accy.choir.ir import Operation
+from accy.choir.ir import Operation, declared_ops
 from accy.dialects.shapes import (
     ShapeError,
     broadcast_shapes,
@@ -499,10 +499,9 @@ class RmsnormOp(NormOp):
     num_operands = 2
 
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf",
-             "sin", "cos", "reciprocal", "floor", "gelu")
-BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
-REDUCE_OPS = ("reduce_sum", "reduce_max", "reduce_min", "reduce_mean")
-ALL_OPS = UNARY_OPS + BINARY_OPS + REDUCE_OPS + (
-    "cmp", "select", "cast", "constant", "reshape", "transpose", "broadcast_to", "matmul",
-    "softmax", "layernorm", "rmsnorm")
+UNARY_OPS = declared_ops("semantic", UnaryOp)
+BINARY_OPS = tuple(n for n in declared_ops("semantic", BinaryOp) if n != "cmp")
+"""The arithmetic binary ops (``cmp`` takes a predicate and makes ``i1``)."""
+REDUCE_OPS = declared_ops("semantic", ReduceOp)
+ALL_OPS = declared_ops("semantic")
+"""Every op of the dialect, in declaration order (read off the declarations above)."""

@@ -43,14 +43,11 @@ from accy.choir.attributes import DenseArrayAttr, IntegerAttr, StringAttr, Tenso
 from accy.choir.builtin import FuncOp, ReturnOp
 from accy.choir.ir import Block, BlockArgument, Operation, OpResult, Region, Value
 from accy.choir.passes import Pass, PassContext
+from accy.dialects import prim
 from accy.dialects.dispatch import SPLITS, RegionOp, YieldOp
 
 INDEX_OPS = frozenset({"prim.broadcast", "prim.transpose"})
-ELEMENTWISE = frozenset(
-    f"prim.{n}" for n in (
-        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf", "sin",
-        "cos", "reciprocal", "floor", "add", "sub", "mul", "div", "max", "min", "pow", "cmp",
-        "select", "cast"))
+ELEMENTWISE = prim.ELEMENTWISE_OPS
 
 
 def _shape(v: Value) -> tuple[int, ...]:

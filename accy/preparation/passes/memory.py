@@ -33,14 +33,12 @@ from accy.choir.attributes import (
 from accy.choir.builtin import FuncOp
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
+from accy.dialects import prim
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.memory import BufferSpec, plan_attr
 
-IDENTITY_READERS = frozenset(
-    f"prim.{n}" for n in (
-        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf", "sin",
-        "cos", "reciprocal", "floor", "add", "sub", "mul", "div", "max", "min", "pow", "cmp",
-        "select", "cast"))
+IDENTITY_READERS = prim.ELEMENTWISE_OPS
+"""Ops that read element i of each operand to make element i (the declared trait)."""
 
 
 def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
