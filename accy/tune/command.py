@@ -50,10 +50,11 @@ def tune_cluster(workers: int = 2, *, processes: bool = True, **kwargs: Any) -> 
     from accy.distributed.batch import LOCAL_CONFIG, LOCAL_HOST_ENV
     from accy.distributed.quiet import PRELOAD as QUIET
 
-    host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
-    opts: dict[str, Any] = dict(n_workers=workers, processes=processes, host=host,
-                                dashboard_address=f"{host}:0", **tune_cluster_kwargs())
-    if processes:
+    opts: dict[str, Any] = dict(n_workers=workers, processes=processes,
+                                **tune_cluster_kwargs())
+    if processes:  # in-process workers talk inproc://: no host to bind
+        host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
+        opts.update(host=host, dashboard_address=f"{host}:0")
         opts["preload"] = [*opts.get("preload", []), QUIET]
     opts.update(kwargs)
     with dask.config.set(LOCAL_CONFIG), warnings.catch_warnings():
