@@ -72,9 +72,10 @@ def format_table(groups: Sequence[dict[str, Any]], detail: bool = False) -> str:
         if detail:
             for v in sorted(g["variants"], key=lambda v: v.get("median_s") or float("inf")):
                 mark = "*" if v["id"] == g.get("winner") else " "
-                spread = f"±{v['spread'] * 50:.1f}%" if v.get("spread") is not None else ""
+                spread = f"spread {v['spread'] * 100:.0f}%" if v.get("spread") is not None \
+                    else ""
                 lines.append(f"  {mark} {_options_text(v['id'], g['id']):<40} "
-                             f"{_us(v.get('median_s')):>10} {spread:>7}  {v['status']}"
+                             f"{_us(v.get('median_s')):>10} {spread:>12}  {v['status']}"
                              f" (check: {v.get('check')})")
     return "\n".join(lines)
 
