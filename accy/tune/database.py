@@ -76,7 +76,7 @@ def concrete_shapes(module: Any, shapes: Mapping[int, Sequence[int]]) -> list[li
         if i in shapes:
             out.append([int(d) for d in shapes[i]])
         elif isinstance(t, TensorType) and t.is_static:
-            out.append([int(d) for d in t.shape])
+            out.append([int(d or 0) for d in t.shape])
         else:
             out.append([-1 if d is None else int(d) for d in getattr(t, "shape", ())])
     return out

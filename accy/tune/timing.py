@@ -125,6 +125,7 @@ def random_inputs(arg_types: Sequence[tuple[tuple[int, ...], np.dtype]], seed: i
     rng = np.random.default_rng(seed)
     out = []
     for shape, dtype in arg_types:
+        a: np.ndarray
         if dtype.kind == "f":
             a = rng.standard_normal(shape)
         elif dtype.kind == "b":
@@ -249,7 +250,8 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
     arg_types = _arg_types(module, shapes)
     inputs = random_inputs(arg_types, int(spec["seed"]))
     want = run_reference(module.module, inputs)  # CPU work: before the device is taken
-    elements = [getattr(t, "element", t).name for t in module.entry().function_type.results]
+    elements = [str(getattr(getattr(t, "element", t), "name", ""))
+                for t in module.entry().function_type.results]
     rows: list[dict[str, Any]] = []
     loaded_by_id: dict[str, Any] = {}
     with Lock(_lock_name(device, worker)):
@@ -311,7 +313,7 @@ def _arg_types(module: Any, shapes: dict[int, tuple[int, ...]]) \
     out = []
     for i, t in enumerate(module.entry().function_type.inputs):
         if isinstance(t, TensorType):
-            shape = shapes.get(i) or tuple(int(d) for d in t.shape)
+            shape = shapes.get(i) or tuple(int(d or 0) for d in t.shape)
             out.append((tuple(shape), numpy_dtype(t.element)))
         else:
             out.append(((), numpy_dtype(t)))

@@ -156,7 +156,7 @@ def choose_timers(groups: Sequence[Group], infos: dict[str, dict[str, Any]],
         if g.kind == "cuda":
             pool = [a for a in pool if (infos[a].get("gpu") or {}).get("arch") == arch]
             if not pool:
-                have = sorted({(infos[a].get("gpu") or {}).get("arch") for a in cuda})
+                have = sorted({str((infos[a].get("gpu") or {}).get("arch")) for a in cuda})
                 chosen[g.id] = (None, f"no GPU worker of arch {arch} to time on"
                                 + (f" (the cluster's GPUs are {', '.join(have)})"
                                    if have else " (the cluster has no GPU worker)"))
@@ -301,7 +301,7 @@ def tune(client: Any, variants: Sequence[Variant], *, store_url: str | None = No
         if not ok:
             _fail(row, "no variant compiled")
             continue
-        held = [Future(tuple(o.compile_task), client=client) for _, o in ok]
+        held: list[Any] = [Future(tuple(o.compile_task or ()), client=client) for _, o in ok]
         holds.extend(held)
         who = client.who_has(held)
         items: list[Any] = []
