@@ -10,7 +10,7 @@ Example
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +21,7 @@ from accy.preparation.products import Product, SemanticModule
 
 if TYPE_CHECKING:
     from accy.choir.passes import Reproducer
+    from accy.tune.database import TunedChoice
 
 
 def load_program(path: str) -> SemanticModule:
@@ -85,14 +86,40 @@ def variant_id(path: str, options: RunOptions, shapes: Mapping[int, tuple[int, .
     return Variant(path, str(options.target), dict(shapes), options.assignments()).id
 
 
+def apply_tuned(sm: SemanticModule, options: RunOptions,
+                shapes: Mapping[int, tuple[int, ...]], store_url: str | None = None) \
+        -> tuple[RunOptions, TunedChoice]:
+    """``options`` with the tuned winner's (``--tuned``): from the tuning database in
+    ``store_url`` (default: the default store), for this program, shapes and target.
+    Options that differ from the defaults in ``options`` win over the tuned ones.
+
+    Raises
+    ------
+    AccyError
+        Nothing was tuned for this program, shapes, target and accy version.
+    """
+    from accy.store import default_store_url
+    from accy.tune.database import tuned_options
+
+    url = store_url or default_store_url()
+    choice = tuned_options(sm, str(options.target), shapes, url)
+    if choice is None:
+        shown = variant_id(sm.meta.get("source", "program"), RunOptions(options.target), shapes)
+        raise AccyError(f"--tuned: no tuning of {shown} for this accy version in {url} "
+                        f"(run accy tune on a sweep of it first)")
+    return RunOptions.parse(options.target, {**choice.options, **options.assignments()}), choice
+
+
 def compile_program(path: str, options: RunOptions | None = None,
                     shapes: Mapping[int, tuple[int, ...]] | None = None, *,
                     cache_dir: str | None = None, report_path: str | None = None,
-                    load: bool = True) -> dict:
+                    load: bool = True, tuned: bool = False) -> dict:
     """One refresh through a :class:`FragmentCompilerCache`; returns the variant's report entry.
 
     With ``cache_dir``, stage products and compiled fragments are kept in a
-    persistent store there, so a second process reuses them.
+    persistent store there, so a second process reuses them. With ``tuned``, the
+    options come from the tuning database (:func:`apply_tuned`, in ``cache_dir``'s
+    store or the default one) and the entry's ``tuned`` says so.
     """
     from accy.executable.cache import FragmentCompilerCache
     from accy.preparation.cache import PreparationFailed
@@ -105,6 +132,9 @@ def compile_program(path: str, options: RunOptions | None = None,
     if report_path:
         check_writable_file(report_path, "the report")
     sm = load_program(path)
+    choice = None
+    if tuned:
+        options, choice = apply_tuned(sm, options, shapes, cache_dir)
     store = ArtifactStore(cache_dir, default_max_bytes()) if cache_dir else None
     cache = FragmentCompilerCache(store=store, load=load)
     vid = variant_id(path, options, shapes)
@@ -113,10 +143,14 @@ def compile_program(path: str, options: RunOptions | None = None,
         update = cache.refresh_from_semantic_module(sm, request)
     except PreparationFailed as e:
         entry = variant_json(vid, "failed", e.report, e.failure)
+        if choice is not None:
+            entry["tuned"] = choice.to_json()
         if report_path:
             write_report_file(report_path, [entry])
         raise
     entry = variant_json(vid, "ok", update.report)
+    if choice is not None:
+        entry["tuned"] = choice.to_json()
     if report_path:
         write_report_file(report_path, [entry])
     return entry
@@ -300,10 +334,13 @@ def save_results(results: Sequence[np.ndarray], output_dir: str) -> list[str]:
 def run_program(path: str, inputs: Sequence[str], output_dir: str,
                 options: RunOptions | None = None,
                 shapes: Mapping[int, tuple[int, ...]] | None = None, *,
-                reference: bool = False, cast: bool = False) -> list[str]:
+                reference: bool = False, cast: bool = False, tuned: bool = False,
+                on_tuned: Callable[[TunedChoice], None] | None = None) -> list[str]:
     """Run the program on ``.npy`` inputs; write ``resultN.npy`` files; return their paths.
 
     Each input's dtype must be its argument's; ``cast`` converts those that are not.
+    With ``tuned`` the options come from the tuning database (:func:`apply_tuned`)
+    and ``on_tuned`` is told the choice.
     """
     ensure_output_dir(output_dir)
     arrays = load_inputs(inputs)
@@ -326,6 +363,10 @@ def run_program(path: str, inputs: Sequence[str], output_dir: str,
 
         options = options or RunOptions()
         bound = bind_shapes_from_inputs(sm, arrays, shapes or {})
+        if tuned:
+            options, choice = apply_tuned(sm, options, bound)
+            if on_tuned is not None:
+                on_tuned(choice)
         cache = FragmentCompilerCache()
         update = cache.refresh_from_semantic_module(
             sm, PreparationRequest(source=path, options=options, shapes=bound))

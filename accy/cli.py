@@ -100,15 +100,18 @@ def opt(file: str, to: str, start: str, debuginfo: bool, target: str, shapes: tu
 @click.option("--reference", is_flag=True, help="Run the NumPy reference interpreter.")
 @click.option("--cast", is_flag=True,
               help="Convert inputs whose dtype is not their argument's (else an error).")
+@click.option("--tuned", is_flag=True,
+              help="Use the options accy tune chose for this program, shapes and target.")
 @_shared
 def run(file: str, inputs: tuple[str, ...], output_dir: str, reference: bool, cast: bool,
-        target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+        tuned: bool, target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
     """Compile, load and run FILE on .npy inputs (or interpret it with --reference)."""
     from accy.api import run_program
 
     run_options, bound = _request(target, shapes, options)
     paths = run_program(file, list(inputs), output_dir, run_options, bound, reference=reference,
-                        cast=cast)
+                        cast=cast, tuned=tuned and not reference,
+                        on_tuned=lambda c: click.echo(c.describe(), err=True))
     for p in paths:
         click.echo(p)
 
@@ -148,16 +151,20 @@ def emit(file: str, target: str, shapes: tuple[str, ...], options: tuple[str, ..
               help="Persistent store folder: a second process reuses its products.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the JSON report (every receipt) here.")
+@click.option("--tuned", is_flag=True,
+              help="Use the options accy tune chose (from the --cache store, else the default).")
 @_shared
-def compile(file: str, cache_dir: str | None, report_path: str | None, target: str,
-            shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
+def compile(file: str, cache_dir: str | None, report_path: str | None, tuned: bool,
+            target: str, shapes: tuple[str, ...], options: tuple[str, ...]) -> None:
     """One refresh of FILE through the fragment compiler cache."""
     from accy.api import compile_program
 
     run_options, bound = _request(target, shapes, options)
     variant = compile_program(file, run_options, bound, cache_dir=cache_dir,
-                              report_path=report_path)
+                              report_path=report_path, tuned=tuned)
     click.echo(f"{variant['id']}: {variant['status']}")
+    if variant.get("tuned"):
+        click.echo(f"  {variant['tuned']['note']}")
     for r in variant["stages"]:
         state = "skipped (" + r["skipped"] + ")" if r.get("skipped") else \
             ("reused" + (f" from {r['source']}" if r.get("source") else "") if r["reused"]
@@ -188,10 +195,12 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, target: s
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--max-variants", type=click.IntRange(1), default=100_000, show_default=True,
               help="Refuse sweeps that define more variants than this (counted up front).")
+@click.option("--tuned", is_flag=True,
+              help="Compile each variant with the options accy tune chose (on the tuned axes).")
 def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
           force_workers: bool, cache_dir: str | None, report_path: str | None,
           explain_misses: bool, html_path: str | None, keep_open: float | None,
-          no_progress: bool, max_variants: int) -> None:
+          no_progress: bool, max_variants: int, tuned: bool) -> None:
     """Recompile every variant of the SWEEP files on a Dask cluster."""
     if scheduler and workers:
         raise click.UsageError("--scheduler and --workers exclude each other")
@@ -200,7 +209,48 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
     code = batch_main(sweeps, scheduler=scheduler, workers=workers, cache=cache_dir,
                       report=report_path, explain_misses=explain_misses, html=html_path,
                       keep_open=keep_open, echo=click.echo, progress=not no_progress,
-                      force_workers=force_workers, max_variants=max_variants)
+                      force_workers=force_workers, max_variants=max_variants, tuned=tuned)
+    if code:
+        raise SystemExit(code)
+
+
+@cli.command()
+@click.argument("sweeps", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--scheduler", help="Address of a running Dask scheduler (default: a local "
+              "cluster).")
+@click.option("--workers", type=click.IntRange(1, 256),
+              help="Workers of the local cluster (default 2; at most one per core).")
+@click.option("--force-workers", is_flag=True,
+              help="Start --workers N even when N is more than the cores here.")
+@click.option("--cache", "cache_dir",
+              help="Artifact store (a folder or fsspec URL): stages, binaries, tuning database.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write the JSON tuning report here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write a self-contained HTML page of the timings.")
+@click.option("--reps", type=click.IntRange(1, 1000), default=7, show_default=True,
+              help="Timed repeats per variant (median, min and max are reported).")
+@click.option("--retune", is_flag=True, help="Measure again even where a stored "
+              "measurement of the unchanged group exists.")
+@click.option("--check", "check", type=click.IntRange(-1), default=3, show_default=True,
+              help="Variants besides the winner checked against the reference (-1: all).")
+@click.option("--detail", is_flag=True, help="Print every variant's time, not only winners.")
+@click.option("--no-progress", is_flag=True, help="No progress bars.")
+@click.option("--max-variants", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Refuse sweeps that define more variants than this (counted up front).")
+def tune(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
+         force_workers: bool, cache_dir: str | None, report_path: str | None,
+         html_path: str | None, reps: int, retune: bool, check: int, detail: bool,
+         no_progress: bool, max_variants: int) -> None:
+    """Find the fastest correct variant of each program, target and shapes of the SWEEPs."""
+    if scheduler and workers:
+        raise click.UsageError("--scheduler and --workers exclude each other")
+    from accy.tune.command import tune_main
+
+    code = tune_main(sweeps, scheduler=scheduler, workers=workers, cache=cache_dir,
+                     report=report_path, html=html_path, reps=reps, retune=retune,
+                     check=check, echo=click.echo, progress=not no_progress,
+                     force_workers=force_workers, max_variants=max_variants, detail=detail)
     if code:
         raise SystemExit(code)
 

@@ -548,8 +548,12 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
                cache: str | None, report: str | None, explain_misses: bool,
                html: str | None, keep_open: float | None, echo: Callable[[str], None],
                progress: bool = True, force_workers: bool = False,
-               max_variants: int | None = None) -> int:
+               max_variants: int | None = None, tuned: bool = False) -> int:
     """``accy batch``: returns the exit code (0 all ok, 1 any failed).
+
+    With ``tuned`` each variant takes the options ``accy tune`` chose for its
+    program, shapes and target on the tuned axes (:func:`accy.tune.apply_tuning`),
+    and its report entry's ``tuned`` says which (null: nothing was tuned).
 
     Everything a user can get wrong is checked before a cluster starts: the
     sweeps (at most ``max_variants`` variants), the scheduler address, the
@@ -597,6 +601,15 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
         if keep_open is not None:
             echo(f"dashboard: {client.dashboard_link}")
             sys.stdout.flush()
+        notes: dict[str, Any] = {}
+        if tuned:
+            from accy.tune.database import apply_tuning, cluster_device_names
+
+            variants, notes = apply_tuning(variants, store_url, cluster_device_names(client))
+            missing = sum(n is None for n in notes.values())
+            echo(f"tuned: {len(notes) - missing} of {len(notes)} variants take tuned options"
+                 + (f" ({missing} have no tuning for this accy version and keep their own)"
+                    if missing else ""))
         bar = tqdm(total=len(variants), unit="variant", disable=not progress,
                    file=sys.stderr, dynamic_ncols=True)
         failed: list[VariantOutcome] = []
@@ -623,6 +636,9 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
             if o.status != "ok":
                 echo(_failed_line(o))
         data = result.report()
+        if tuned:
+            for v in data["variants"]:
+                v["tuned"] = notes.get(v["id"])
         if report:
             write_report_file(report, data["variants"], data["summary"])
             echo(f"report: {report}")

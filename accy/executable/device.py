@@ -366,3 +366,61 @@ class CudaModule:
             fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)
         except Exception as e:
             raise FragmentLoadError(f"launch of {name} failed: {e}") from None
+
+
+# ---------------------------------------------------------------- timing (accy tune)
+
+
+def gpu_identity() -> dict[str, Any] | None:
+    """The current CUDA device: ``name``, ``arch``, ``pci_bus_id`` and ``memory_bytes``;
+    None without a GPU. What a tuning result is keyed by (with the arch) and what a
+    tuning report names.
+
+    Example
+    -------
+    >>> gpu_identity() is None or gpu_identity()["arch"].startswith("sm_")
+    True
+    """
+    if not gpu_available():
+        return None
+    import cupy
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"]
+    return {"name": name.decode() if isinstance(name, bytes) else str(name),
+            "arch": f"sm_{dev.compute_capability}", "pci_bus_id": str(dev.pci_bus_id),
+            "memory_bytes": int(props["totalGlobalMem"])}
+
+
+def time_cuda(run: Any, number: int, repeats: int) -> list[float]:
+    """Seconds per call of ``run()``: one figure per repeat, each ``number`` back-to-back
+    calls on the current stream between two CUDA events (so the figure is the
+    device's time, not the host's dispatch of one launch).
+
+    Example
+    -------
+    >>> time_cuda(lambda: None, 10, 3)  # doctest: +SKIP
+    [0.0, 0.0, 0.0]
+    """
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    out = []
+    stream.synchronize()
+    for _ in range(repeats):
+        start.record(stream)
+        for _ in range(number):
+            run()
+        end.record(stream)
+        end.synchronize()
+        out.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / number)
+    return out
+
+
+def cuda_synchronize() -> None:
+    """Wait for the current stream (after warm-up launches)."""
+    import cupy
+
+    cupy.cuda.get_current_stream().synchronize()

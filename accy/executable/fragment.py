@@ -126,14 +126,20 @@ class LoadedFragment:
 
     def _run_host(self, inputs: Sequence[Any]) -> list[Any]:
         args = self._prepare(np, [np.asarray(a) for a in inputs])
+        views, results = self._views(np, args, self._host_arena())
+        self._launch_host(views)
+        return self._finish(np, results)
+
+    def _host_arena(self) -> Any:
         if self._arena is None:
             self._arena = np.empty(max(self.plan.arena_bytes, 1) + 256, dtype=np.uint8)
             off = (-self._arena.ctypes.data) % 256
             self._arena = self._arena[off:off + max(self.plan.arena_bytes, 1)]
-        views, results = self._views(np, args, self._arena)
+        return self._arena
+
+    def _launch_host(self, views: dict[int, Any]) -> None:
         for launch in self.plan.launches:
             self._lib.call_with_buffers(launch.kernel, [views[i] for i in launch.buffers])
-        return self._finish(np, results)
 
     def _run_cuda(self, inputs: Sequence[Any]) -> list[Any]:
         import cupy
@@ -144,8 +150,32 @@ class LoadedFragment:
         results = self._finish(cupy, results)
         return results if on_device else [cupy.asnumpy(r) for r in results]
 
+    def prepare(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """The arguments in the form the kernels take (storage dtypes, contiguous, on the
+        device for CUDA) and freshly allocated result buffers: what :meth:`launch_all`
+        runs on, call after call, without converting or allocating (benchmarks, tuning).
+
+        Example
+        -------
+        >>> # args, results = loaded.prepare([x]); loaded.launch_all(args, results)
+        """
+        self._check_inputs(inputs)
+        if self.device == "host":
+            xp: Any = np
+            inputs = [np.asarray(a) for a in inputs]
+        else:
+            import cupy as xp
+        args = self._prepare(xp, inputs)
+        results = [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
+        return args, results
+
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
-        """Run the launch table on device arrays already prepared (for benchmarks)."""
+        """Run the launch table on arrays already prepared (:meth:`prepare`): CuPy
+        arrays on CUDA (asynchronous, on the current stream), NumPy on the host."""
+        if self.device == "host":
+            views, _ = self._views(np, args, self._host_arena(), results)
+            self._launch_host(views)
+            return
         import cupy
 
         views, _ = self._views(cupy, args, self._device_arena(), results)

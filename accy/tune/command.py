@@ -1,0 +1,172 @@
+"""``accy tune``: the command, and the local cluster it starts.
+
+Example
+-------
+>>> tune_cluster_kwargs(gpu=False)["resources"]
+{'CPU_TIMER': 1}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from accy.errors import AccyError
+
+
+def tune_cluster_kwargs(gpu: bool | None = None) -> dict[str, Any]:
+    """``LocalCluster`` keyword arguments for tuning: accy preloaded
+    (:func:`accy.distributed.local_cluster_kwargs`), one thread per worker, and the
+    timer resources: ``CPU_TIMER=1`` on every worker, and with a GPU here
+    ``GPU=1, GPU_TIMER=1`` (the timing lock, named after the GPU, keeps the
+    workers that share it to one timing at a time)."""
+    from accy.distributed import local_cluster_kwargs
+    from accy.executable.device import gpu_available
+
+    resources: dict[str, int] = {"CPU_TIMER": 1}
+    if gpu_available() if gpu is None else gpu:
+        resources.update(GPU=1, GPU_TIMER=1)
+    return dict(threads_per_worker=1, resources=resources, **local_cluster_kwargs())
+
+
+@contextlib.contextmanager
+def tune_cluster(workers: int = 2, *, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
+    """A local Dask cluster that can tune (see :func:`tune_cluster_kwargs`).
+
+    Example
+    -------
+    >>> from distributed import Client
+    >>> with tune_cluster(1, processes=False, dashboard_address=":0") as c, Client(c) as cl:
+    ...     sorted(cl.scheduler_info()["workers"].popitem()[1]["resources"])
+    ['CPU_TIMER']
+    """
+    import dask.config
+    from distributed import LocalCluster
+
+    from accy.distributed.batch import LOCAL_CONFIG, LOCAL_HOST_ENV
+    from accy.distributed.quiet import PRELOAD as QUIET
+
+    opts: dict[str, Any] = dict(n_workers=workers, processes=processes,
+                                **tune_cluster_kwargs())
+    if processes:  # in-process workers talk inproc://: no host to bind
+        host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
+        opts.update(host=host, dashboard_address=f"{host}:0")
+        opts["preload"] = [*opts.get("preload", []), QUIET]
+    opts.update(kwargs)
+    with dask.config.set(LOCAL_CONFIG), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                category=UserWarning)
+        try:
+            cluster = LocalCluster(**opts)
+        except (OSError, TimeoutError) as e:
+            raise AccyError(f"the local cluster of {workers} worker(s) did not start: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+                from None
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def tune_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | None,
+              cache: str | None, report: str | None, html: str | None, reps: int,
+              retune: bool, check: int, echo: Callable[[str], None], progress: bool = True,
+              force_workers: bool = False, max_variants: int | None = None,
+              detail: bool = False) -> int:
+    """``accy tune``: returns the exit code (0: every group has a winner and no variant
+    failed or was wrong; 1 otherwise; the report and the database are written either way).
+    """
+    from distributed import Client
+    from tqdm import tqdm
+
+    from accy.api import check_writable_file
+    from accy.distributed import quiet
+    from accy.distributed.batch import (
+        check_scheduler_address,
+        check_store_url,
+        local_workers,
+    )
+    from accy.distributed.state import unpin
+    from accy.store import default_store_url
+    from accy.sweep import MAX_VARIANTS, load_sweeps
+    from accy.tune.report import format_table, problem_lines, write_html
+    from accy.tune.tuner import tune
+
+    def warn(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    variants = load_sweeps(list(sweeps), MAX_VARIANTS if max_variants is None else max_variants)
+    if not variants:
+        raise AccyError("the sweep files define no variant")
+    store_url = cache or default_store_url()
+    if scheduler:
+        check_scheduler_address(scheduler)
+    check_store_url(store_url, local=not scheduler)
+    for path, what in ((report, "the report"), (html, "the HTML page")):
+        if path:
+            check_writable_file(path, what)
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="10s"))
+            except (OSError, TimeoutError, ValueError, TypeError) as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {first}") \
+                    from None
+        else:
+            quiet.install()
+            cluster = stack.enter_context(
+                tune_cluster(local_workers(workers, force_workers, warn)))
+            client = stack.enter_context(Client(cluster))
+            stack.callback(_unpin, client, unpin)
+        compiled = tqdm(total=len(variants), unit="variant", desc="compile",
+                        disable=not progress, file=sys.stderr, dynamic_ncols=True)
+        timed = tqdm(unit="group", desc="time", disable=not progress, file=sys.stderr,
+                     dynamic_ncols=True)
+        result = tune(client, variants, store_url=store_url, reps=reps, retune=retune,
+                      check=check, on_compiled=lambda o: compiled.update(1),
+                      on_group=lambda g: timed.update(1))
+        compiled.close()
+        timed.close()
+        echo(format_table(result.groups, detail=detail))
+        for line in problem_lines(result.groups):
+            echo(line)
+        data = result.report()
+        s = data["summary"]
+        echo(f"{s['groups']} groups: {s['tuned']} tuned, {s['reused']} from the database, "
+             f"{s['failed']} without a winner; {s['variants']} variants, {s['wrong']} wrong, "
+             f"{s['variant_failures']} failed; {s['wall_s']:.2f} s")
+        if report:
+            _write_json(report, data)
+            echo(f"report: {report}")
+        if html:
+            try:
+                write_html(html, data)
+            except OSError as e:
+                raise AccyError(f"cannot write the HTML page to {html}: "
+                                f"{e.strerror or e}") from None
+            echo(f"html: {html}")
+        return 1 if result.failed else 0
+    return 1  # unreachable (ExitStack does not swallow), for the type checker
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    import json
+
+    from accy.files import write_atomic
+
+    try:
+        write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    except OSError as e:
+        raise AccyError(f"cannot write the report to {path}: {e.strerror or e}") from None
+
+
+def _unpin(client: Any, unpin: Callable[[Any], None]) -> None:
+    try:
+        unpin(client)
+    except Exception:  # noqa: BLE001 - best effort before shutdown
+        pass
