@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from accy.errors import AccyError
+from accy.paths import check_writable_file, ensure_output_dir
 from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
+from accy.preparation.report import write_report_file
 
 if TYPE_CHECKING:
     from accy.choir.passes import Reproducer
@@ -250,56 +252,6 @@ def check_input_dtypes(sm: SemanticModule, arrays: Sequence[np.ndarray], *,
             a = a.astype(want)
         out.append(a)
     return out
-
-
-def _make_folder(path: str) -> str | None:
-    """Create ``path`` (and its parents); ``None``, or why it cannot be made."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        return None
-    except OSError as e:
-        probe = os.path.abspath(path)
-        while probe and not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-        if probe and not os.path.isdir(probe):
-            return f"{probe} is a file, not a folder"
-        return str(e.strerror or e)
-
-
-def ensure_output_dir(path: str) -> str:
-    """Create the output folder now (before any work) and check it can be written."""
-    why = _make_folder(path)
-    if why:
-        raise AccyError(f"cannot create the output folder {path}: {why}")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise AccyError(f"cannot write to the output folder {path}: permission denied")
-    return path
-
-
-def check_writable_file(path: str, what: str) -> str:
-    """Check, before any work, that a file can be written at ``path`` (its folder is
-    made if missing); ``what`` names it in the error (``the report``)."""
-    if os.path.isdir(path):
-        raise AccyError(f"cannot write {what} to {path}: it is a folder")
-    parent = os.path.dirname(os.path.abspath(path))
-    why = _make_folder(parent)
-    if why:
-        raise AccyError(f"cannot write {what} to {path}: {why}")
-    if not os.access(parent, os.W_OK | os.X_OK) or \
-            (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise AccyError(f"cannot write {what} to {path}: permission denied")
-    return path
-
-
-def write_report_file(path: str, variants: Sequence[Mapping[str, object]],
-                      summary: Mapping[str, object] | None = None) -> str:
-    """:func:`~accy.preparation.report.write_report`, an OS error as an :class:`AccyError`."""
-    from accy.preparation.report import write_report
-
-    try:
-        return write_report(path, variants, summary)  # type: ignore[arg-type]
-    except OSError as e:
-        raise AccyError(f"cannot write the report to {path}: {e.strerror or e}") from None
 
 
 def bind_shapes_from_inputs(sm: SemanticModule, arrays: Sequence[np.ndarray],

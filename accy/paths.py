@@ -224,3 +224,45 @@ def lasting_source(path: str | None, name: str, source: str) -> str:
                    for d in _PRIVATE.values()):
             return path
     return keep_source(name, source)
+
+
+# ------------------------------------------------- paths a command will write
+
+
+def _make_folder(path: str) -> str | None:
+    """Create ``path`` (and its parents); ``None``, or why it cannot be made."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        return None
+    except OSError as e:
+        probe = os.path.abspath(path)
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if probe and not os.path.isdir(probe):
+            return f"{probe} is a file, not a folder"
+        return str(e.strerror or e)
+
+
+def ensure_output_dir(path: str) -> str:
+    """Create the output folder now (before any work) and check it can be written."""
+    why = _make_folder(path)
+    if why:
+        raise AccyError(f"cannot create the output folder {path}: {why}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise AccyError(f"cannot write to the output folder {path}: permission denied")
+    return path
+
+
+def check_writable_file(path: str, what: str) -> str:
+    """Check, before any work, that a file can be written at ``path`` (its folder is
+    made if missing); ``what`` names it in the error (``the report``)."""
+    if os.path.isdir(path):
+        raise AccyError(f"cannot write {what} to {path}: it is a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    why = _make_folder(parent)
+    if why:
+        raise AccyError(f"cannot write {what} to {path}: {why}")
+    if not os.access(parent, os.W_OK | os.X_OK) or \
+            (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise AccyError(f"cannot write {what} to {path}: permission denied")
+    return path

@@ -566,9 +566,10 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
     from distributed import Client
     from tqdm import tqdm
 
-    from accy.api import check_writable_file, write_report_file
     from accy.distributed import quiet
     from accy.distributed.state import unpin
+    from accy.paths import check_writable_file
+    from accy.preparation.report import write_report_file
     from accy.store import default_store_url
     from accy.sweep import MAX_VARIANTS, load_sweeps
 

@@ -160,11 +160,13 @@ class LoadedFragment:
         >>> # args, results = loaded.prepare([x]); loaded.launch_all(args, results)
         """
         self._check_inputs(inputs)
-        if self.device == "host":
-            xp: Any = np
-            inputs = [np.asarray(a) for a in inputs]
+        xp: Any = np
+        if self.backend.needs_gpu:
+            import cupy
+
+            xp = cupy
         else:
-            import cupy as xp
+            inputs = [np.asarray(a) for a in inputs]
         args = self._prepare(xp, inputs)
         results = [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
         return args, results
@@ -172,7 +174,7 @@ class LoadedFragment:
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
         """Run the launch table on arrays already prepared (:meth:`prepare`): CuPy
         arrays on CUDA (asynchronous, on the current stream), NumPy on the host."""
-        if self.device == "host":
+        if not self.backend.needs_gpu:
             views, _ = self._views(np, args, self._host_arena(), results)
             self._launch_host(views)
             return

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accy.errors import AccyError
 from accy.files import write_atomic
 from accy.paths import user_dir
 from accy.pipeline import STAGE_NAMES
@@ -341,5 +342,15 @@ class BatchReport:
         return write_report(path, self.variants, self.summary())
 
 
+def write_report_file(path: str, variants: Sequence[Mapping[str, object]],
+                      summary: Mapping[str, object] | None = None) -> str:
+    """:func:`~accy.preparation.report.write_report`, an OS error as an :class:`AccyError`."""
+    try:
+        return write_report(path, variants, summary)  # type: ignore[arg-type]
+    except OSError as e:
+        raise AccyError(f"cannot write the report to {path}: {e.strerror or e}") from None
+
+
 __all__ = ["RECEIPT_ORDER", "Receipt", "PreparationReport", "BackendPreparationFailure",
-           "BatchReport", "variant_json", "summary", "write_report"]
+           "BatchReport", "variant_json", "summary", "write_report",
+           "write_report_file"]

@@ -19,7 +19,7 @@ before choosing it, and records the winner in the artifact store.
 
 Example
 -------
->>> from accy.tune import group_variants
+>>> from accy.tune.tuner import group_variants
 >>> from accy.sweep import load_sweep
 >>> [g.id for g in group_variants(load_sweep("graphs/sweeps/softmax.yaml"))][:2]
 ['softmax[target=host,arg0=1024x1024]', 'softmax[target=host,arg0=8192x4096]']
@@ -27,8 +27,9 @@ Example
 
 from __future__ import annotations
 
+# The database is what compile/run/batch --tuned read; the tuner (which drives a
+# batch) is imported from accy.tune.tuner, so reading a tuned choice never imports
+# the batch machinery.
 from accy.tune.database import TunedChoice, TuningDatabase, apply_tuning, tuned_options
-from accy.tune.tuner import Group, TuneResult, choose_timers, group_variants, tune
 
-__all__ = ["tune", "TuneResult", "Group", "group_variants", "choose_timers", "tuned_options",
-           "TunedChoice", "TuningDatabase", "apply_tuning"]
+__all__ = ["tuned_options", "TunedChoice", "TuningDatabase", "apply_tuning"]

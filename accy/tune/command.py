@@ -83,7 +83,6 @@ def tune_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | No
     from distributed import Client
     from tqdm import tqdm
 
-    from accy.api import check_writable_file
     from accy.distributed import quiet
     from accy.distributed.batch import (
         check_scheduler_address,
@@ -91,6 +90,7 @@ def tune_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | No
         local_workers,
     )
     from accy.distributed.state import unpin
+    from accy.paths import check_writable_file
     from accy.store import default_store_url
     from accy.sweep import MAX_VARIANTS, load_sweeps
     from accy.tune.report import format_table, problem_lines, write_html
