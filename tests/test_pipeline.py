@@ -174,3 +174,42 @@ def test_explain_compares_values_not_their_spelling():
     assert explain(new, wire) == "same key"
     wire["options"]["shapes"]["arg0"] = [1024, 512]
     assert explain(new, wire) == "option shapes: {'arg0': [1024, 512]} -> {'arg0': [1024, 1024]}"
+
+
+def test_the_package_has_no_import_cycles():
+    """Every ``import`` of an accy module, deferred ones inside functions included
+    (``if TYPE_CHECKING:`` blocks excepted: they never run), forms an acyclic graph."""
+    import ast
+
+    from accy.preparation import keys
+
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "accy").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        tree = ast.parse(path.read_text())
+        nodes = [n for top in tree.body
+                 if not (isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test))
+                 for n in ast.walk(top)]
+        graph[name] = {d for d in keys._imported_modules(name, path, nodes)
+                       if d != name and not name.startswith(d + ".")}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(v: str, stack: list[str]) -> bool:
+        state[v] = 1
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                cycle.extend(stack[stack.index(w):] + [v, w] if w in stack else [v, w])
+                return True
+            if w not in state and visit(w, stack + [v]):
+                return True
+        state[v] = 2
+        return False
+
+    for v in sorted(graph):
+        if v not in state and visit(v, []):
+            break
+    assert not cycle, " -> ".join(cycle)
