@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -208,7 +209,11 @@ class RunOptions:
     @staticmethod
     def parse(target: str | Target = "host", assignments: Iterable[str] | Mapping[str, Any] = ()) \
             -> RunOptions:
-        """Build from a target and ``STAGE.NAME=VALUE`` assignments (or a mapping)."""
+        """Build from a target and ``STAGE.NAME=VALUE`` assignments (or a mapping).
+
+        Options are immutable, so equal requests share one parse (a variant's
+        options are read by every stage task of a batch).
+        """
         tgt = target if isinstance(target, Target) else Target.parse(target)
         pairs: list[tuple[str, str]] = []
         if isinstance(assignments, Mapping):
@@ -220,6 +225,10 @@ class RunOptions:
                     raise OptionError(f"option '{a}' must look like STAGE.NAME=VALUE")
                 k, v = a.split("=", 1)
                 pairs.append((k.strip(), v.strip()))
+        return _parse_pairs(tgt, tuple(pairs))
+
+    @staticmethod
+    def _build(tgt: Target, pairs: tuple[tuple[str, str], ...]) -> RunOptions:
         groups = option_groups()
         per_stage: dict[str, dict[str, Any]] = {s: {} for s in groups}
         for key, value in pairs:
@@ -257,6 +266,11 @@ class RunOptions:
                 if getattr(opts, f.name) != getattr(default, f.name):
                     out[f"{s}.{f.name}"] = getattr(opts, f.name)
         return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_pairs(tgt: Target, pairs: tuple[tuple[str, str], ...]) -> RunOptions:
+    return RunOptions._build(tgt, pairs)
 
 
 def _field_of(stage: str) -> str:
