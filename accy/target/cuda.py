@@ -49,9 +49,7 @@ __device__ __forceinline__ float accy_bf2f(unsigned short h) {
   return __uint_as_float(((unsigned int)h) << 16);
 }
 __device__ __forceinline__ unsigned short accy_f2bf(float f) {
-  unsigned int x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16);
+  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 __device__ __forceinline__ int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
 __device__ __forceinline__ long long accy_idiv_ll(long long a, long long b) {
@@ -66,6 +64,16 @@ __device__ __forceinline__ long long accy_ipow_ll(long long a, long long b) {
   long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
 }
 """
+
+HELPERS = {
+    "accy_pack_h2": r"""__device__ __forceinline__ unsigned int accy_pack_h2(float lo, float hi) {
+  unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}""",
+    "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
+  unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}""",
+}
+"""Helpers defined only in a translation unit that calls them (by name)."""
 
 LANES = "xyzw"
 
@@ -85,6 +93,40 @@ def _params(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     return ins, outs, params
 
 
+HALF_WORDS = {2: "unsigned int", 4: "uint2", 8: "uint4"}
+"""The vector type that holds ``vec`` halves (f16/bf16), by ``vec``."""
+
+
+def _word(name: str, vec: int, w: int) -> str:
+    return name if vec == 2 else f"{name}.{LANES[w]}"
+
+
+def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
+    """One ``vec``-half vector load at ``pointer``, unpacked to floats ``name_0…``."""
+    vt = HALF_WORDS[vec]
+    lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
+    for lane in range(vec):
+        word = _word(name, vec, lane // 2)
+        if el == "bf16":  # a bf16 is the top half of its float
+            bits = f"({word} << 16)" if lane % 2 == 0 else f"({word} & 0xffff0000u)"
+            lines.append(f"const float {name}_{lane} = __uint_as_float{bits};")
+        else:
+            half = f"(unsigned short){word}" if lane % 2 == 0 else \
+                f"(unsigned short)({word} >> 16)"
+            lines.append(f"const float {name}_{lane} = accy_h2f({half});")
+    return lines
+
+
+def half_store(pointer: str, values: list[str], el: str) -> str:
+    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``."""
+    vec = len(values)
+    pack = "accy_pack_bf2" if el == "bf16" else "accy_pack_h2"
+    words = [f"{pack}({values[2 * w]}, {values[2 * w + 1]})" for w in range(vec // 2)]
+    vt = HALF_WORDS[vec]
+    value = words[0] if vec == 2 else f"make_{vt}({', '.join(words)})"
+    return f"*reinterpret_cast<{vt}*>({pointer}) = {value};"
+
+
 class _Vectorizer:
     """Vector loads for inputs read along a unit stride (one per base offset)."""
 
@@ -99,7 +141,8 @@ class _Vectorizer:
         if self.vec == 1 or not any(LANE in i for i in idx):
             return None
         arg = self.args[k]
-        if elem_of(arg) != "f32":
+        el = elem_of(arg)
+        if el not in ("f32", "f16", "bf16"):
             return None
         shape = shape_of(arg)
         st = strides_of(shape)
@@ -114,11 +157,17 @@ class _Vectorizer:
         key = (k, base)
         if key not in self.loaded:
             name = b.fresh("v")
-            self.scope_ref[0].lines.append(
-                f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
-                f"float{self.vec}*>"
-                f"({b.inputs[k]} + ({base})));")
+            if el == "f32":
+                self.scope_ref[0].lines.append(
+                    f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
+                    f"float{self.vec}*>"
+                    f"({b.inputs[k]} + ({base})));")
+            else:
+                self.scope_ref[0].lines += half_load(name, f"{b.inputs[k]} + ({base})",
+                                                     self.vec, el)
             self.loaded[key] = name
+        if el != "f32":
+            return f"{self.loaded[key]}_{lane}"
         return f"{self.loaded[key]}.{LANES[lane]}"
 
 
@@ -145,7 +194,9 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     for oi, v in enumerate(yields):
         el = elem_of(v)
         lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
-        if vec > 1:
+        if vec > 1 and el != "f32":
+            body.append(half_store(f"{outs[oi]} + i", lanes, el))
+        elif vec > 1:
             body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + i) = "
                         f"make_float{vec}({', '.join(lanes)});")
         else:
@@ -210,6 +261,8 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
 
     def hook(kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
         if kidx in regs and idx == ident:
+            if vec > 1 and elem_of(k.body.args[kidx]) != "f32":
+                return f"{regs[kidx]}[j][{lane}]"
             return f"{regs[kidx]}[j]" if vec == 1 else f"{regs[kidx]}[j].{LANES[lane]}"
         return vz(kidx, idx, lane)
 
@@ -239,7 +292,9 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         arg = k.body.args[kidx]
         name = f"reg{kidx}"
         regs[kidx] = name
-        if vec > 1:
+        if vec > 1 and elem_of(arg) != "f32":  # halves: held as floats
+            lines.append(f"float {name}[{items}][{vec}];")
+        elif vec > 1:
             lines.append(f"float{vec} {name}[{items}];")
         else:
             lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{items}];")
@@ -249,7 +304,13 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
             for kidx, name in regs.items():
                 arg = k.body.args[kidx]
                 off = b.offset(shape_of(arg), tuple(rnames) + ("c",), 0)
-                if vec > 1:
+                if vec > 1 and elem_of(arg) != "f32":
+                    w = b.fresh("w")
+                    inner.lines.extend(half_load(w, f"{ins[kidx]} + ({off})", vec,
+                                                 elem_of(arg)))
+                    inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};"
+                                       for lane in range(vec))
+                elif vec > 1:
                     inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
                                        f"({ins[kidx]} + ({off})));")
                 else:
@@ -297,7 +358,9 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                         for oi, v in full]
             for oi, v, vals in computed:
                 el = elem_of(v)
-                if vec > 1:
+                if vec > 1 and el != "f32":
+                    inner.lines.append(half_store(f"{outs[oi]} + row * {cols} + c", vals, el))
+                elif vec > 1:
                     inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                        f"{cols} + c) = make_float{vec}({', '.join(vals)});")
                 else:
@@ -419,6 +482,8 @@ EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_m
 
 def emit_kernels(kernels: list[KernelFuncOp], fast_math: bool = False) -> str:
     """The translation unit for ``kernels`` (without the launch-table comment)."""
-    return translation_unit(
-        ["// generated by accy: CUDA C, compile with -arch=sm_XX only", PRELUDE], kernels,
-        lambda k: EMITTERS[k.plan.kind](k, fast_math))
+    text = translation_unit(["// generated by accy: CUDA C, compile with -arch=sm_XX only",
+                             PRELUDE, "@HELPERS@"], kernels,
+                            lambda k: EMITTERS[k.plan.kind](k, fast_math))
+    used = [h for name, h in HELPERS.items() if name + "(" in text]
+    return text.replace("@HELPERS@\n", "".join(h + "\n" for h in used), 1)

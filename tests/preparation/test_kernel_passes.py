@@ -75,10 +75,39 @@ def test_an_odd_last_dimension_is_not_vectorized():
     assert p["grid"] == (math.ceil(8 * 4095 / 256), 1, 1)
 
 
-def test_a_buffer_that_is_not_f32_is_not_vectorized():
-    r = kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xf16>"))
+def test_an_integer_buffer_is_not_vectorized():
+    r = kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xi32>"))
     (p,) = plans(r)
     assert p["vector_width"] == 1
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_buffers_take_sixteen_bytes_an_access(element):
+    t = f"tensor<8x4096x{element}>"
+    (p,) = plans(kernel(unary("exp", t)))
+    assert p["vector_width"] == 8  # 8 halves: a uint4
+    assert p["grid"] == (8 * 4096 // (8 * 256), 1, 1)
+    (p,) = plans(kernel(unary("exp", t), opts=["kernel.vector_width=2"]))
+    assert p["vector_width"] == 4
+    (p,) = plans(kernel(unary("exp", t), opts=["kernel.vector_width=1"]))
+    assert p["vector_width"] == 1
+    (p,) = plans(kernel(unary("exp", f"tensor<8x4100x{element}>")))
+    assert p["vector_width"] == 1  # 4100 does not divide by 8
+
+
+def test_f32_beside_halves_takes_the_f32_width():
+    (p,) = plans(kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xbf16>")))
+    assert p["vector_width"] == 4  # a float4 in, a uint2 out
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_rows_are_vectorized(element):
+    sm = graph("softmax", element)
+    (p,) = plans(kernel(sm, {0: (8, 4096)}))
+    assert p["mapping"] == "block-per-row" and p["vector_width"] == 8
+    assert p["items"] == 4096 // (256 * 8) and p["cached_inputs"] == (0,)
+    (p,) = plans(kernel(sm, {0: (8, 2048)}))  # 32 lanes · 8 halves · 8 items
+    assert p["mapping"] == "warp-per-row" and p["vector_width"] == 8
 
 
 def test_vector_width_and_block_size_options():

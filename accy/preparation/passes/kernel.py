@@ -5,8 +5,9 @@ and a ``kernel.launch`` takes the region's place in the host function. The
 plan, per kind, for CUDA:
 
 - elementwise: a **grid-stride** loop, ``vector_width`` elements per
-  iteration (16-byte loads/stores when every buffer is f32 and the innermost
-  dimension divides), ``block_size`` threads, a grid capped at a few waves;
+  iteration (16-byte loads/stores when every buffer is a float (f32, f16,
+  bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
+  math in f32), ``block_size`` threads, a grid capped at a few waves;
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -49,9 +50,19 @@ def _element_bytes(op: Operation) -> int:
     return t.element.nbytes if isinstance(t, TensorType) else 4
 
 
-def _all_f32(region: RegionOp) -> bool:
+def _vector_elements(region: RegionOp, width: int) -> int:
+    """Elements per vector access of ``region`` (1: scalar).
+
+    ``width`` is the option's f32 width (16 bytes at 4). Half types (f16, bf16)
+    take the same bytes per access, so twice the elements (8 halves a ``uint4``)
+    when every buffer holds halves; with f32 buffers beside them the f32 width
+    rules (a ``float4`` and a ``uint2`` per access). Other element types: scalar.
+    """
     types = [v.type for v in region.operands] + list(region.result_types)
-    return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+    names = {t.element.name if isinstance(t, TensorType) else "" for t in types}
+    if width == 1 or not names <= {"f32", "f16", "bf16"}:
+        return 1
+    return width if "f32" in names else 2 * width
 
 
 def _arena_offsets(func: FuncOp) -> dict[int, int]:
@@ -90,7 +101,8 @@ def _aliased_params(region: RegionOp, func: FuncOp) -> tuple[int, ...]:
 
 
 def _vector_aligned(region: RegionOp, offsets: dict[int, int], vec: int) -> bool:
-    """Every arena buffer the region touches starts on a ``vec``-float boundary.
+    """Every arena buffer the region touches starts on a ``vec``-float boundary
+    (``4 · vec`` bytes: the widest access a vector of any element type makes).
 
     Arguments and results are allocated by the runtime (256-byte aligned); the
     arena's own alignment (``memory.alignment``) may be as small as 1 byte.
@@ -161,18 +173,17 @@ class PlanKernels(Pass):
             return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
                     "vector_width": 1, "shared_bytes": 0}
         bs = self.block_size
-        aligned = _vector_aligned(region, offsets or {}, self.vector_width)
+        width = _vector_elements(region, self.vector_width)
+        aligned = width > 1 and _vector_aligned(region, offsets or {}, self.vector_width)
         if kind == "elementwise":
             n = math.prod(it) if it else 1
-            vec = self.vector_width if (_all_f32(region) and aligned and it
-                                        and it[-1] % self.vector_width == 0) else 1
+            vec = width if (aligned and it and it[-1] % width == 0) else 1
             blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
             return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                     "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
-            vec = self.vector_width if (_all_f32(region) and aligned
-                                        and cols % self.vector_width == 0) else 1
+            vec = width if (aligned and cols % width == 0) else 1
             warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
             if warp:
                 rpb = self.rows_per_block or bs // 32
