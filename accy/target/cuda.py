@@ -477,7 +477,158 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul}
+def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``mma-tiled`` plan: tensor-core tiles fed by a ``cp.async`` pipeline.
+
+    Each block stages ``stages`` A and B tiles (``tile`` m×k and k×n halves,
+    16-byte chunks XOR-swizzled by row as ``swizzle`` says) while its warps run
+    ``mma.sync`` (``plan.mma``) on the oldest: A fragments by ``ldmatrix.x4``,
+    B by ``ldmatrix.x4.trans``, f32 accumulators in registers, then the
+    epilogue at every accumulator's (m, n).
+    """
+    ins, outs, params = _params(k)
+    plan = k.plan
+    tm, tn, tk = plan.tile
+    wgm, wgn = plan.warps
+    wtm, wtn = plan.warp_tile
+    mt, nt = wtm // 16, wtn // 8
+    st = plan.stages
+    ash, amask, bsh, bmask = plan.swizzle
+    threads = plan.block[0]
+    mm = next(op for op in k.body.ops if op.op_name == "prim.matmul")
+    out_shape = shape_of(mm.results[0])
+    batch_shape = out_shape[:-2]
+    m_, n_ = out_shape[-2], out_shape[-1]
+    k_ = shape_of(mm.operands[0])[-1]
+    el = elem_of(mm.results[0])
+    a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
+    ac, bc = tk // 8, tn // 8  # 16-byte chunks a tile row
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
+
+    def chunk(r: str, c: str, row: int, shift: int, mask: int) -> str:
+        """Byte offset in a tile of row ``r``'s (swizzled) 16-byte chunk ``c``."""
+        return f"(({r}) * {row * 2} + ((({c}) ^ ((({r}) >> {shift}) & {mask})) << 4))"
+
+    def copies(tile: str, per: int, chunks: int, row: int, shift: int, mask: int,
+               src: str) -> list[str]:
+        return ["  #pragma unroll",
+                f"  for (int q = 0; q < {per}; ++q) {{",
+                f"    const int e = tid + q * {threads}, r = e / {chunks}, c = e % {chunks};",
+                f"    const unsigned dst = {tile} + {chunk('r', 'c', row, shift, mask)};",
+                f"    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
+                f"\"l\"({src}));",
+                "  }"]
+
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+             f"{k.sym_name}({', '.join(params)}) {{",
+             f"  __shared__ __align__(128) unsigned short As[{st}][{tm * tk}];",
+             f"  __shared__ __align__(128) unsigned short Bs[{st}][{tk * tn}];",
+             "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;",
+             f"  const int wm = warp / {wgn}, wn = warp % {wgn};",
+             f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
+             f" * {tn};",
+             "  const long long bz = blockIdx.z;"]
+    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
+    lines += ["  " + p for p in pre]
+    lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
+              f"  const unsigned short* Bg = {b_in} + bz * {k_ * n_}LL + n0;",
+              "  const unsigned as0 = (unsigned)__cvta_generic_to_shared(&As[0][0]);",
+              "  const unsigned bs0 = (unsigned)__cvta_generic_to_shared(&Bs[0][0]);",
+              f"  float acc[{mt}][{nt}][4];",
+              "  #pragma unroll",
+              f"  for (int i = 0; i < {mt}; ++i)",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {nt}; ++j)",
+              "      #pragma unroll",
+              "      for (int h = 0; h < 4; ++h) acc[i][j][h] = 0.0f;",
+              "  auto load_tile = [&](int s, int kt) {",
+              f"    const unsigned at = as0 + s * {tm * tk * 2}, bt = bs0 + s * {tk * tn * 2};",
+              *("  " + x for x in copies("at", tm * ac // threads, ac, tk, ash, amask,
+                                         f"Ag + (long long)r * {k_} + (long long)kt * {tk} "
+                                         f"+ c * 8")),
+              *("  " + x for x in copies("bt", tk * bc // threads, bc, tn, bsh, bmask,
+                                         f"Bg + ((long long)kt * {tk} + r) * {n_} + c * 8")),
+              "  };",
+              f"  const int kts = {k_ // tk};",
+              "  #pragma unroll",
+              f"  for (int s = 0; s < {st - 1}; ++s) {{",
+              "    if (s < kts) load_tile(s, s);",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              "  }",
+              "  for (int kt = 0; kt < kts; ++kt) {",
+              f"    asm volatile(\"cp.async.wait_group {st - 2};\" ::);",
+              "    __syncthreads();",
+              f"    if (kt + {st - 1} < kts) load_tile((kt + {st - 1}) % {st}, kt + {st - 1});",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              f"    const unsigned at = as0 + (kt % {st}) * {tm * tk * 2}, "
+              f"bt = bs0 + (kt % {st}) * {tk * tn * 2};",
+              "    #pragma unroll",
+              f"    for (int kk = 0; kk < {tk // 16}; ++kk) {{",
+              f"      unsigned af[{mt}][4], bf[{nt}][2];",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt}; ++i) {{",
+              f"        const int r = wm * {wtm} + i * 16 + (lane & 15), c = kk * 2 + (lane >> 4);",
+              f"        const unsigned p = at + {chunk('r', 'c', tk, ash, amask)};",
+              "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, "
+              "[%4];\" : \"=r\"(af[i][0]), \"=r\"(af[i][1]), \"=r\"(af[i][2]), "
+              "\"=r\"(af[i][3]) : \"r\"(p));",
+              "      }",
+              "      #pragma unroll",
+              f"      for (int j = 0; j < {nt // 2}; ++j) {{",
+              f"        const int r = kk * 16 + (lane & 15), c = (wn * {wtn} + j * 16) / 8 + "
+              "(lane >> 4);",
+              f"        const unsigned p = bt + {chunk('r', 'c', tn, bsh, bmask)};",
+              "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+              "{%0,%1,%2,%3}, [%4];\" : \"=r\"(bf[2 * j][0]), \"=r\"(bf[2 * j][1]), "
+              "\"=r\"(bf[2 * j + 1][0]), \"=r\"(bf[2 * j + 1][1]) : \"r\"(p));",
+              "      }",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt}; ++i)",
+              "        #pragma unroll",
+              f"        for (int j = 0; j < {nt}; ++j)",
+              f"          asm(\"mma.sync.aligned.{plan.mma} {{%0,%1,%2,%3}}, "
+              "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+f\"(acc[i][j][0]), "
+              "\"+f\"(acc[i][j][1]), \"+f\"(acc[i][j][2]), \"+f\"(acc[i][j][3]) : "
+              "\"r\"(af[i][0]), \"r\"(af[i][1]), \"r\"(af[i][2]), \"r\"(af[i][3]), "
+              "\"r\"(bf[j][0]), \"r\"(bf[j][1]));",
+              "    }",
+              "  }",
+              "  asm volatile(\"cp.async.wait_group 0;\" ::);"]
+    yields = k.body.terminator.operands  # type: ignore[union-attr]
+    ep = Scope([])
+    b.bound[mm.results[0]] = "accv"
+    idx = tuple(bnames) + ("m", "n")
+    stores = []
+    for oi, v in enumerate(yields):
+        val = b.expr(v, idx, ep)
+        off = b.offset(shape_of(v), idx, 0)
+        stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+    # accumulator h of tile (i, j): row g (+8 for h >= 2), columns 2t and 2t + 1
+    lines += ["  #pragma unroll",
+              f"  for (int i = 0; i < {mt}; ++i) {{",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {nt}; ++j) {{",
+              "      #pragma unroll",
+              "      for (int h = 0; h < 4; ++h) {",
+              f"        const long long m = m0 + wm * {wtm} + i * 16 + (lane >> 2) + (h >> 1) * 8;",
+              f"        const long long n = n0 + wn * {wtn} + j * 8 + (lane & 3) * 2 + (h & 1);",
+              f"        const float accv = {round_compute('acc[i][j][h]', el)};",
+              *("        " + s for s in ep.lines + stores),
+              "      }",
+              "    }",
+              "  }",
+              "}"]
+    return "\n".join(lines), b.tables
+
+
+def emit_matmul_plan(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """A matmul kernel as its plan maps it (tensor cores or FFMA tiles)."""
+    if k.plan.mapping == "mma-tiled":
+        return emit_mma(k, fast_math)
+    return emit_matmul(k, fast_math)
+
+
+EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul_plan}
 
 
 def emit_kernels(kernels: list[KernelFuncOp], fast_math: bool = False) -> str:

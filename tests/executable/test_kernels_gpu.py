@@ -87,3 +87,57 @@ def test_half_variants(element: str, options) -> None:  # type: ignore[no-untype
     for name in ("layernorm", "bias_gelu", "elementwise_chain"):
         assert run_graph(name, element, {"rows": 19, "cols": 4096}, options) \
             <= TOLERANCE[element]
+
+
+# ------------------------------------------------------------ tensor-core matmul
+
+
+def run_module(sm, arrays, options=(), target: str = "cuda") -> float:  # type: ignore[no-untyped-def]
+    """Run ``sm`` compiled for ``target`` and the reference; the relative error."""
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse(target, list(options))))
+    got = update.fragment(*arrays)
+    want = run_reference(sm.module, arrays)
+    errs = []
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert g.shape == w.shape
+        errs.append(float(np.max(np.abs(g - w))) / max(float(np.max(np.abs(w))), 1e-30))
+    return max(errs)
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("m,n,k,batch", [(128, 128, 32, ()), (256, 384, 96, ()),
+                                         (512, 256, 1024, ()), (128, 256, 64, (3,)),
+                                         (1, 17, 4097, ()), (17, 4097, 64, ()),
+                                         (129, 130, 33, ())])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_half_matmuls(element: str, m: int, n: int, k: int, batch, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    rng = np.random.default_rng(m * n + k)
+    shapes = [batch + (m, k), batch + (k, n)] + ([(n,)] if epilogue else [])
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if element == "f16":
+        arrays = [a.astype(np.float16) for a in arrays]
+    err = run_module(matmul(m, n, k, element, batch, epilogue), arrays)
+    assert err <= TOLERANCE[element], err
+
+
+@pytest.mark.parametrize("opts", [("kernel.stages=2",), ("kernel.stages=4", "kernel.mma_tile_n=64"),
+                                  ("kernel.mma_tile_m=64", "kernel.mma_tile_n=64",
+                                   "kernel.mma_tile_k=64")])
+def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 512), (512, 384), (384,)]]
+    err = run_module(matmul(256, 384, 512, "bf16", (), True), arrays, opts)
+    assert err <= TOLERANCE["bf16"], err
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_mlp_block(element: str) -> None:
+    assert run_graph("mlp", element, {"rows": 256, "cols": 256}) <= TOLERANCE[element]

@@ -75,3 +75,52 @@ def test_every_graph_in_half_precision_compiles(element: str, name: str) -> None
     shapes = {i: tuple(17 if d is None else d for d in t.shape)
               for i, t in enumerate(sm.entry().function_type.inputs)}
     cubin(source(sm, shapes))
+
+
+# ------------------------------------------------------------ tensor-core matmul
+
+
+def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
+           epilogue: bool = False):  # type: ignore[no-untyped-def]
+    from stage_programs import program
+
+    pre = "".join(f"{d}x" for d in batch)
+    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
+               f"tensor<{pre}{m}x{n}x{element}>")
+    v = f"tensor<{n}x{element}>"
+    body = f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
+    if epilogue:
+        body += (f'    %1 = "semantic.add"(%0, %a2) : ({c}, {v}) -> {c}\n'
+                 f'    %2 = "semantic.relu"(%1) : ({c}) -> {c}\n'
+                 f'    "func.return"(%2) : ({c}) -> ()')
+        return program([a, b, v], [c], body)
+    return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_tensor_core_matmul_spells_its_plan(element: str) -> None:
+    text = source(matmul(256, 256, 128, element), {})
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{element}.{element}.f32" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in text
+    assert "cp.async.cg.shared.global" in text and "cp.async.wait_group 1;" in text
+    assert "unsigned short As[3][4096]" in text and "unsigned short Bs[3][4096]" in text
+    cubin(text)
+
+
+@pytest.mark.parametrize("opts", [
+    (), ("kernel.stages=2",), ("kernel.stages=4", "kernel.mma_tile_n=64"),
+    ("kernel.mma_tile_m=64", "kernel.mma_tile_n=64", "kernel.mma_tile_k=64"),
+    ("kernel.mma_tile_m=64",),
+    ("kernel.mma_tile_n=64", "kernel.mma_tile_k=64", "kernel.stages=2")])
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_tensor_core_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
+    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts)
+    assert "mma.sync" in text
+    cubin(text)
+
+
+def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
+    text = source(graph("mlp", "bf16"), {0: (4096, 256)})
+    assert text.count("mma.sync.aligned") == 2
+    cubin(text)
