@@ -344,3 +344,11 @@ def test_too_many_stages_for_shared_memory_is_an_option_error():
     with pytest.raises(OptionError, match="kernel.stages=4"):
         RunOptions.parse(CUDA, ["kernel.stages=4"])
     RunOptions.parse(CUDA, ["kernel.stages=4", "kernel.mma_tile_n=64"])
+
+
+def test_short_half_rows_keep_every_lane_busy():
+    # 64 columns: 8 halves a lane would leave 24 of 32 lanes idle; 2 fill the warp
+    (p,) = plans(kernel(graph("softmax", "bf16"), {0: (300, 64)}))
+    assert p["mapping"] == "warp-per-row" and p["vector_width"] == 2 and p["items"] == 1
+    (p,) = plans(kernel(graph("softmax"), {0: (300, 64)}))
+    assert p["vector_width"] == 4  # f32 keeps its width

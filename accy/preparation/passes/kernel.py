@@ -194,6 +194,9 @@ class PlanKernels(Pass):
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
             vec = width if (aligned and cols % width == 0) else 1
+            halves = width > self.vector_width  # no f32 buffer: the width doubled
+            while halves and vec > 1 and cols < 32 * vec:
+                vec //= 2  # a short row of halves keeps every lane of the warp busy
             warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
             if warp:
                 rpb = self.rows_per_block or bs // 32
