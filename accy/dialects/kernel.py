@@ -3,7 +3,8 @@
 - ``kernel.func`` (a module-level symbol) holds one dispatch's body (``prim``
   ops over its inputs, ending in ``kernel.yield``) and the plan the kernel
   stage made for it: ``mapping`` (``grid-stride``, ``block-per-row``,
-  ``warp-per-row``, ``tiled``, or ``loop`` on the host), the block and grid
+  ``warp-per-row``, ``tiled``, ``mma-tiled`` (tensor cores), or ``loop`` on
+  the host), the block and grid
   shapes, the vector width, items per thread, which inputs are cached in
   registers, tile sizes and shared-memory bytes;
 - ``kernel.launch`` replaces the dispatch in the host function: it names the
@@ -27,7 +28,7 @@ from accy.choir.attributes import (
 from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
-MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "tiled", "loop")
+MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "tiled", "mma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
 
 
@@ -46,13 +47,14 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, swizzle)
     """
 
     kind: str
     """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
     mapping: str
-    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled`` or ``loop``."""
+    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``mma-tiled`` or
+    ``loop``."""
     iteration: tuple[int, ...]
     """The dispatch's iteration space."""
     block: tuple[int, ...]
@@ -80,6 +82,18 @@ class KernelPlan:
     """Matmul: block tile (m, n, k) and each thread's micro-tile (m, n)."""
     contraction: int = 0
     """Matmul: the contracted dimension."""
+    mma: str = ""
+    """``mma-tiled``: the warp-level tensor-core instruction (``m16n8k16`` and its types,
+    as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``)."""
+    stages: int = 0
+    """``mma-tiled``: shared-memory stages of the ``cp.async`` pipeline."""
+    warps: tuple[int, ...] = ()
+    warp_tile: tuple[int, ...] = ()
+    """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n)."""
+    swizzle: tuple[int, ...] = ()
+    """``mma-tiled``: the 16-byte-chunk XOR swizzle of the A and B tiles in shared memory,
+    ``(a_shift, a_mask, b_shift, b_mask)``: a row ``r``'s chunk ``c`` sits at
+    ``c ^ ((r >> shift) & mask)`` (``ldmatrix`` reads 8 rows free of bank conflicts)."""
 
     def __post_init__(self) -> None:
         if self.mapping not in MAPPINGS:

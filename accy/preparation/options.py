@@ -137,8 +137,27 @@ class KernelOptions:
     TFLOP/s) but took 70 % longer to compile (NVRTC unrolls the larger micro-tile
     and its epilogue): the default favours recompilation."""
 
+    tensor_cores: bool = True
+    """bf16/f16 matmuls on the tensor cores (``mma.sync`` m16n8k16, f32 accumulation)
+    when the shapes divide the mma tiles and the operands are plain row-major
+    inputs; otherwise (or off) the FFMA tiles above."""
+    mma_tile_m: int = 128
+    mma_tile_n: int = 128
+    mma_tile_k: int = 32
+    """Tensor-core block tile: ``mma_tile_m × mma_tile_n`` outputs, ``mma_tile_k`` deep per
+    stage; warps own 64×32 outputs each (128×128: 8 warps)."""
+    stages: int = 3
+    """Shared-memory stages of the tensor-core ``cp.async`` pipeline (2–4)."""
+
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
+        for n in ("mma_tile_m", "mma_tile_n"):
+            if getattr(self, n) not in (64, 128):
+                raise OptionError(f"kernel.{n} must be 64 or 128, got {getattr(self, n)}")
+        if self.mma_tile_k not in (32, 64):
+            raise OptionError(f"kernel.mma_tile_k must be 32 or 64, got {self.mma_tile_k}")
+        if self.stages not in (2, 3, 4):
+            raise OptionError(f"kernel.stages must be 2, 3 or 4, got {self.stages}")
         if self.block_size < 32:
             raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
         if self.vector_width not in (1, 2, 4):
@@ -158,8 +177,18 @@ class KernelOptions:
         """Shared memory a tiled matmul kernel of these tiles uses (padded A and B tiles)."""
         return self.tile_k * (self.tile_m + 1 + self.tile_n + 4) * 4
 
+    @property
+    def mma_shared_bytes(self) -> int:
+        """Shared memory a tensor-core matmul of these tiles and stages uses (2-byte halves)."""
+        return self.stages * self.mma_tile_k * (self.mma_tile_m + self.mma_tile_n) * 2
+
     def check_target(self, backend: Backend) -> None:
         """The options fit the target's limits (shared memory)."""
+        if self.tensor_cores and self.mma_shared_bytes > backend.max_shared_bytes:
+            raise OptionError(f"kernel.stages={self.stages} of {self.mma_tile_m}×"
+                              f"{self.mma_tile_n}×{self.mma_tile_k} tensor-core tiles needs "
+                              f"{self.mma_shared_bytes} bytes of shared memory (at most "
+                              f"{backend.max_shared_bytes} on {backend.name})")
         if self.matmul_shared_bytes > backend.max_shared_bytes:
             raise OptionError(f"kernel.tile_k={self.tile_k} with {self.tile_m}×{self.tile_n} "
                               f"tiles needs {self.matmul_shared_bytes} bytes of shared memory "
@@ -252,6 +281,8 @@ class RunOptions:
         out: dict[str, Any] = dataclasses.asdict(self.stage_options(stage))
         if stage == "kernel":
             out["target.kind"] = self.target.kind
+            if self.kernel.tensor_cores and self.target.kind == "cuda":
+                out["target.arch"] = self.target.arch  # tensor cores from sm_80
         if stage == "target":
             out["target"] = str(self.target)
         return out

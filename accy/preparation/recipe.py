@@ -82,7 +82,9 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
 
     o = options.kernel
     return (k.PlanKernels(options.target.kind, o.block_size, o.vector_width,
-                          o.rows_per_block, o.tile_m, o.tile_n, o.tile_k),)
+                          o.rows_per_block, o.tile_m, o.tile_n, o.tile_k, o.tensor_cores,
+                          (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
+                          options.target.backend.sm_number),)
 
 
 def target(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:

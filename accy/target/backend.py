@@ -62,6 +62,11 @@ class Backend:
         raise NotImplementedError
 
     @property
+    def sm_number(self) -> int:
+        """The CUDA compute capability as a number (``sm_90`` → 90); 0 off CUDA."""
+        return 0
+
+    @property
     def name(self) -> str:
         """The target as the CLI spells it (``host``, ``cuda:sm_90``)."""
         raise NotImplementedError
@@ -136,6 +141,11 @@ class CudaBackend(Backend):
     @property
     def name(self) -> str:
         return f"cuda:{self.sm}"
+
+    @property
+    def sm_number(self) -> int:
+        """The compute capability as a number (``sm_90`` → 90)."""
+        return int(self.sm[3:].rstrip("a"))
 
     def flags(self, fast_math: bool) -> tuple[str, ...]:
         return ("-use_fast_math",) if fast_math else ()

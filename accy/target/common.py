@@ -387,7 +387,7 @@ def _is_lane(text: str) -> bool:
     """A register or vector lane (``v3.x``, ``reg0[j].y``): no temporary needed."""
     import re
 
-    return re.fullmatch(r"[A-Za-z_]\w*(\[j\])?(\.[xyzw])?", text) is not None
+    return re.fullmatch(r"[A-Za-z_]\w*(\[j\])?(\[\d\])?(\.[xyzw])?", text) is not None
 
 
 def _int_range(el: str) -> tuple[str, str]:

@@ -49,9 +49,7 @@ __device__ __forceinline__ float accy_bf2f(unsigned short h) {
   return __uint_as_float(((unsigned int)h) << 16);
 }
 __device__ __forceinline__ unsigned short accy_f2bf(float f) {
-  unsigned int x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16);
+  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 __device__ __forceinline__ int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
 __device__ __forceinline__ long long accy_idiv_ll(long long a, long long b) {
@@ -66,6 +64,16 @@ __device__ __forceinline__ long long accy_ipow_ll(long long a, long long b) {
   long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
 }
 """
+
+HELPERS = {
+    "accy_pack_h2": r"""__device__ __forceinline__ unsigned int accy_pack_h2(float lo, float hi) {
+  unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}""",
+    "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
+  unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}""",
+}
+"""Helpers defined only in a translation unit that calls them (by name)."""
 
 LANES = "xyzw"
 
@@ -85,6 +93,40 @@ def _params(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     return ins, outs, params
 
 
+HALF_WORDS = {2: "unsigned int", 4: "uint2", 8: "uint4"}
+"""The vector type that holds ``vec`` halves (f16/bf16), by ``vec``."""
+
+
+def _word(name: str, vec: int, w: int) -> str:
+    return name if vec == 2 else f"{name}.{LANES[w]}"
+
+
+def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
+    """One ``vec``-half vector load at ``pointer``, unpacked to floats ``name_0…``."""
+    vt = HALF_WORDS[vec]
+    lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
+    for lane in range(vec):
+        word = _word(name, vec, lane // 2)
+        if el == "bf16":  # a bf16 is the top half of its float
+            bits = f"({word} << 16)" if lane % 2 == 0 else f"({word} & 0xffff0000u)"
+            lines.append(f"const float {name}_{lane} = __uint_as_float{bits};")
+        else:
+            half = f"(unsigned short){word}" if lane % 2 == 0 else \
+                f"(unsigned short)({word} >> 16)"
+            lines.append(f"const float {name}_{lane} = accy_h2f({half});")
+    return lines
+
+
+def half_store(pointer: str, values: list[str], el: str) -> str:
+    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``."""
+    vec = len(values)
+    pack = "accy_pack_bf2" if el == "bf16" else "accy_pack_h2"
+    words = [f"{pack}({values[2 * w]}, {values[2 * w + 1]})" for w in range(vec // 2)]
+    vt = HALF_WORDS[vec]
+    value = words[0] if vec == 2 else f"make_{vt}({', '.join(words)})"
+    return f"*reinterpret_cast<{vt}*>({pointer}) = {value};"
+
+
 class _Vectorizer:
     """Vector loads for inputs read along a unit stride (one per base offset)."""
 
@@ -99,7 +141,8 @@ class _Vectorizer:
         if self.vec == 1 or not any(LANE in i for i in idx):
             return None
         arg = self.args[k]
-        if elem_of(arg) != "f32":
+        el = elem_of(arg)
+        if el not in ("f32", "f16", "bf16"):
             return None
         shape = shape_of(arg)
         st = strides_of(shape)
@@ -114,11 +157,17 @@ class _Vectorizer:
         key = (k, base)
         if key not in self.loaded:
             name = b.fresh("v")
-            self.scope_ref[0].lines.append(
-                f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
-                f"float{self.vec}*>"
-                f"({b.inputs[k]} + ({base})));")
+            if el == "f32":
+                self.scope_ref[0].lines.append(
+                    f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
+                    f"float{self.vec}*>"
+                    f"({b.inputs[k]} + ({base})));")
+            else:
+                self.scope_ref[0].lines += half_load(name, f"{b.inputs[k]} + ({base})",
+                                                     self.vec, el)
             self.loaded[key] = name
+        if el != "f32":
+            return f"{self.loaded[key]}_{lane}"
         return f"{self.loaded[key]}.{LANES[lane]}"
 
 
@@ -145,7 +194,9 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     for oi, v in enumerate(yields):
         el = elem_of(v)
         lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
-        if vec > 1:
+        if vec > 1 and el != "f32":
+            body.append(half_store(f"{outs[oi]} + i", lanes, el))
+        elif vec > 1:
             body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + i) = "
                         f"make_float{vec}({', '.join(lanes)});")
         else:
@@ -210,6 +261,8 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
 
     def hook(kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
         if kidx in regs and idx == ident:
+            if vec > 1 and elem_of(k.body.args[kidx]) != "f32":
+                return f"{regs[kidx]}[j][{lane}]"
             return f"{regs[kidx]}[j]" if vec == 1 else f"{regs[kidx]}[j].{LANES[lane]}"
         return vz(kidx, idx, lane)
 
@@ -239,7 +292,9 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         arg = k.body.args[kidx]
         name = f"reg{kidx}"
         regs[kidx] = name
-        if vec > 1:
+        if vec > 1 and elem_of(arg) != "f32":  # halves: held as floats
+            lines.append(f"float {name}[{items}][{vec}];")
+        elif vec > 1:
             lines.append(f"float{vec} {name}[{items}];")
         else:
             lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{items}];")
@@ -249,7 +304,13 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
             for kidx, name in regs.items():
                 arg = k.body.args[kidx]
                 off = b.offset(shape_of(arg), tuple(rnames) + ("c",), 0)
-                if vec > 1:
+                if vec > 1 and elem_of(arg) != "f32":
+                    w = b.fresh("w")
+                    inner.lines.extend(half_load(w, f"{ins[kidx]} + ({off})", vec,
+                                                 elem_of(arg)))
+                    inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};"
+                                       for lane in range(vec))
+                elif vec > 1:
                     inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
                                        f"({ins[kidx]} + ({off})));")
                 else:
@@ -297,7 +358,9 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                         for oi, v in full]
             for oi, v, vals in computed:
                 el = elem_of(v)
-                if vec > 1:
+                if vec > 1 and el != "f32":
+                    inner.lines.append(half_store(f"{outs[oi]} + row * {cols} + c", vals, el))
+                elif vec > 1:
                     inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                        f"{cols} + c) = make_float{vec}({', '.join(vals)});")
                 else:
@@ -414,11 +477,164 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul}
+def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``mma-tiled`` plan: tensor-core tiles fed by a ``cp.async`` pipeline.
+
+    Each block stages ``stages`` A and B tiles (``tile`` m×k and k×n halves,
+    16-byte chunks XOR-swizzled by row as ``swizzle`` says) while its warps run
+    ``mma.sync`` (``plan.mma``) on the oldest: A fragments by ``ldmatrix.x4``,
+    B by ``ldmatrix.x4.trans``, f32 accumulators in registers, then the
+    epilogue at every accumulator's (m, n).
+    """
+    ins, outs, params = _params(k)
+    plan = k.plan
+    tm, tn, tk = plan.tile
+    wgm, wgn = plan.warps
+    wtm, wtn = plan.warp_tile
+    mt, nt = wtm // 16, wtn // 8
+    st = plan.stages
+    ash, amask, bsh, bmask = plan.swizzle
+    threads = plan.block[0]
+    mm = next(op for op in k.body.ops if op.op_name == "prim.matmul")
+    out_shape = shape_of(mm.results[0])
+    batch_shape = out_shape[:-2]
+    m_, n_ = out_shape[-2], out_shape[-1]
+    k_ = shape_of(mm.operands[0])[-1]
+    el = elem_of(mm.results[0])
+    a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
+    ac, bc = tk // 8, tn // 8  # 16-byte chunks a tile row
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
+
+    def chunk(r: str, c: str, row: int, shift: int, mask: int) -> str:
+        """Byte offset in a tile of row ``r``'s (swizzled) 16-byte chunk ``c``."""
+        return f"(({r}) * {row * 2} + ((({c}) ^ ((({r}) >> {shift}) & {mask})) << 4))"
+
+    def copies(tile: str, per: int, chunks: int, row: int, shift: int, mask: int,
+               src: str) -> list[str]:
+        return ["  #pragma unroll",
+                f"  for (int q = 0; q < {per}; ++q) {{",
+                f"    const int e = tid + q * {threads}, r = e / {chunks}, c = e % {chunks};",
+                f"    const unsigned dst = {tile} + {chunk('r', 'c', row, shift, mask)};",
+                f"    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
+                f"\"l\"({src}));",
+                "  }"]
+
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+             f"{k.sym_name}({', '.join(params)}) {{",
+             f"  __shared__ __align__(128) unsigned short As[{st}][{tm * tk}];",
+             f"  __shared__ __align__(128) unsigned short Bs[{st}][{tk * tn}];",
+             "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;",
+             f"  const int wm = warp / {wgn}, wn = warp % {wgn};",
+             f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
+             f" * {tn};",
+             "  const long long bz = blockIdx.z;"]
+    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
+    lines += ["  " + p for p in pre]
+    lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
+              f"  const unsigned short* Bg = {b_in} + bz * {k_ * n_}LL + n0;",
+              "  const unsigned as0 = (unsigned)__cvta_generic_to_shared(&As[0][0]);",
+              "  const unsigned bs0 = (unsigned)__cvta_generic_to_shared(&Bs[0][0]);",
+              f"  float acc[{mt}][{nt}][4];",
+              "  #pragma unroll",
+              f"  for (int i = 0; i < {mt}; ++i)",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {nt}; ++j)",
+              "      #pragma unroll",
+              "      for (int h = 0; h < 4; ++h) acc[i][j][h] = 0.0f;",
+              "  auto load_tile = [&](int s, int kt) {",
+              f"    const unsigned at = as0 + s * {tm * tk * 2}, bt = bs0 + s * {tk * tn * 2};",
+              *("  " + x for x in copies("at", tm * ac // threads, ac, tk, ash, amask,
+                                         f"Ag + (long long)r * {k_} + (long long)kt * {tk} "
+                                         f"+ c * 8")),
+              *("  " + x for x in copies("bt", tk * bc // threads, bc, tn, bsh, bmask,
+                                         f"Bg + ((long long)kt * {tk} + r) * {n_} + c * 8")),
+              "  };",
+              f"  const int kts = {k_ // tk};",
+              "  #pragma unroll",
+              f"  for (int s = 0; s < {st - 1}; ++s) {{",
+              "    if (s < kts) load_tile(s, s);",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              "  }",
+              "  for (int kt = 0; kt < kts; ++kt) {",
+              f"    asm volatile(\"cp.async.wait_group {st - 2};\" ::);",
+              "    __syncthreads();",
+              f"    if (kt + {st - 1} < kts) load_tile((kt + {st - 1}) % {st}, kt + {st - 1});",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              f"    const unsigned at = as0 + (kt % {st}) * {tm * tk * 2}, "
+              f"bt = bs0 + (kt % {st}) * {tk * tn * 2};",
+              "    #pragma unroll",
+              f"    for (int kk = 0; kk < {tk // 16}; ++kk) {{",
+              f"      unsigned af[{mt}][4], bf[{nt}][2];",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt}; ++i) {{",
+              f"        const int r = wm * {wtm} + i * 16 + (lane & 15), c = kk * 2 + (lane >> 4);",
+              f"        const unsigned p = at + {chunk('r', 'c', tk, ash, amask)};",
+              "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, "
+              "[%4];\" : \"=r\"(af[i][0]), \"=r\"(af[i][1]), \"=r\"(af[i][2]), "
+              "\"=r\"(af[i][3]) : \"r\"(p));",
+              "      }",
+              "      #pragma unroll",
+              f"      for (int j = 0; j < {nt // 2}; ++j) {{",
+              f"        const int r = kk * 16 + (lane & 15), c = (wn * {wtn} + j * 16) / 8 + "
+              "(lane >> 4);",
+              f"        const unsigned p = bt + {chunk('r', 'c', tn, bsh, bmask)};",
+              "        asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+              "{%0,%1,%2,%3}, [%4];\" : \"=r\"(bf[2 * j][0]), \"=r\"(bf[2 * j][1]), "
+              "\"=r\"(bf[2 * j + 1][0]), \"=r\"(bf[2 * j + 1][1]) : \"r\"(p));",
+              "      }",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt}; ++i)",
+              "        #pragma unroll",
+              f"        for (int j = 0; j < {nt}; ++j)",
+              f"          asm(\"mma.sync.aligned.{plan.mma} {{%0,%1,%2,%3}}, "
+              "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+f\"(acc[i][j][0]), "
+              "\"+f\"(acc[i][j][1]), \"+f\"(acc[i][j][2]), \"+f\"(acc[i][j][3]) : "
+              "\"r\"(af[i][0]), \"r\"(af[i][1]), \"r\"(af[i][2]), \"r\"(af[i][3]), "
+              "\"r\"(bf[j][0]), \"r\"(bf[j][1]));",
+              "    }",
+              "  }",
+              "  asm volatile(\"cp.async.wait_group 0;\" ::);"]
+    yields = k.body.terminator.operands  # type: ignore[union-attr]
+    ep = Scope([])
+    b.bound[mm.results[0]] = "accv"
+    idx = tuple(bnames) + ("m", "n")
+    stores = []
+    for oi, v in enumerate(yields):
+        val = b.expr(v, idx, ep)
+        off = b.offset(shape_of(v), idx, 0)
+        stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+    # accumulator h of tile (i, j): row g (+8 for h >= 2), columns 2t and 2t + 1
+    lines += ["  #pragma unroll",
+              f"  for (int i = 0; i < {mt}; ++i) {{",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {nt}; ++j) {{",
+              "      #pragma unroll",
+              "      for (int h = 0; h < 4; ++h) {",
+              f"        const long long m = m0 + wm * {wtm} + i * 16 + (lane >> 2) + (h >> 1) * 8;",
+              f"        const long long n = n0 + wn * {wtn} + j * 8 + (lane & 3) * 2 + (h & 1);",
+              f"        const float accv = {round_compute('acc[i][j][h]', el)};",
+              *("        " + s for s in ep.lines + stores),
+              "      }",
+              "    }",
+              "  }",
+              "}"]
+    return "\n".join(lines), b.tables
+
+
+def emit_matmul_plan(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """A matmul kernel as its plan maps it (tensor cores or FFMA tiles)."""
+    if k.plan.mapping == "mma-tiled":
+        return emit_mma(k, fast_math)
+    return emit_matmul(k, fast_math)
+
+
+EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul_plan}
 
 
 def emit_kernels(kernels: list[KernelFuncOp], fast_math: bool = False) -> str:
     """The translation unit for ``kernels`` (without the launch-table comment)."""
-    return translation_unit(
-        ["// generated by accy: CUDA C, compile with -arch=sm_XX only", PRELUDE], kernels,
-        lambda k: EMITTERS[k.plan.kind](k, fast_math))
+    text = translation_unit(["// generated by accy: CUDA C, compile with -arch=sm_XX only",
+                             PRELUDE, "@HELPERS@"], kernels,
+                            lambda k: EMITTERS[k.plan.kind](k, fast_math))
+    used = [h for name, h in HELPERS.items() if name + "(" in text]
+    return text.replace("@HELPERS@\n", "".join(h + "\n" for h in used), 1)

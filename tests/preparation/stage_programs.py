@@ -29,9 +29,19 @@ def program(args: list[str], results: list[str], body: str,
     return SemanticModule.from_text(program_text(args, results, body), file)
 
 
-def graph(name: str) -> SemanticModule:
-    """``graphs/<name>.mlir``."""
-    return SemanticModule.from_file(str(GRAPHS[0].parent / f"{name}.mlir"))
+def graph(name: str, element: str | None = None) -> SemanticModule:
+    """``graphs/<name>.mlir`` (every f32 tensor made ``element`` when given)."""
+    path = GRAPHS[0].parent / f"{name}.mlir"
+    if element is None:
+        return SemanticModule.from_file(str(path))
+    return SemanticModule.from_text(with_element(path.read_text(), element), str(path))
+
+
+def with_element(text: str, element: str) -> str:
+    """``text`` with every f32 tensor type made ``element`` (as the benchmark does)."""
+    import re
+
+    return re.sub(r"(tensor<(?:[0-9?]+x)*)f32>", rf"\g<1>{element}>", text)
 
 
 def graph_shapes(sm: SemanticModule, size: int = 8) -> dict[int, tuple[int, ...]]:

@@ -75,10 +75,39 @@ def test_an_odd_last_dimension_is_not_vectorized():
     assert p["grid"] == (math.ceil(8 * 4095 / 256), 1, 1)
 
 
-def test_a_buffer_that_is_not_f32_is_not_vectorized():
-    r = kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xf16>"))
+def test_an_integer_buffer_is_not_vectorized():
+    r = kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xi32>"))
     (p,) = plans(r)
     assert p["vector_width"] == 1
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_buffers_take_sixteen_bytes_an_access(element):
+    t = f"tensor<8x4096x{element}>"
+    (p,) = plans(kernel(unary("exp", t)))
+    assert p["vector_width"] == 8  # 8 halves: a uint4
+    assert p["grid"] == (8 * 4096 // (8 * 256), 1, 1)
+    (p,) = plans(kernel(unary("exp", t), opts=["kernel.vector_width=2"]))
+    assert p["vector_width"] == 4
+    (p,) = plans(kernel(unary("exp", t), opts=["kernel.vector_width=1"]))
+    assert p["vector_width"] == 1
+    (p,) = plans(kernel(unary("exp", f"tensor<8x4100x{element}>")))
+    assert p["vector_width"] == 1  # 4100 does not divide by 8
+
+
+def test_f32_beside_halves_takes_the_f32_width():
+    (p,) = plans(kernel(unary("cast", "tensor<8x4096xf32>", "tensor<8x4096xbf16>")))
+    assert p["vector_width"] == 4  # a float4 in, a uint2 out
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_rows_are_vectorized(element):
+    sm = graph("softmax", element)
+    (p,) = plans(kernel(sm, {0: (8, 4096)}))
+    assert p["mapping"] == "block-per-row" and p["vector_width"] == 8
+    assert p["items"] == 4096 // (256 * 8) and p["cached_inputs"] == (0,)
+    (p,) = plans(kernel(sm, {0: (8, 2048)}))  # 32 lanes · 8 halves · 8 items
+    assert p["mapping"] == "warp-per-row" and p["vector_width"] == 8
 
 
 def test_vector_width_and_block_size_options():
@@ -258,3 +287,68 @@ def test_vectorized_kernels_only_touch_16_byte_aligned_buffers(alignment):
         assert all(offset[i] % width == 0 for i in ids if i in offset), (p, offset)
     if alignment >= 16:
         assert any(p["vector_width"] == 4 for p in ps.values())
+
+
+# ------------------------------------------------------------ tensor-core matmul
+
+
+def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = ()) -> SemanticModule:
+    pre = "".join(f"{d}x" for d in batch)
+    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
+               f"tensor<{pre}{m}x{n}x{element}>")
+    return program([a, b], [c], f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
+                                f'    "func.return"(%0) : ({c}) -> ()')
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_matmuls_run_on_the_tensor_cores(element):
+    (p,) = plans(kernel(matmul(256, 384, 96, element)))
+    assert p["mapping"] == "mma-tiled"
+    assert p["mma"] == f"m16n8k16.row.col.f32.{element}.{element}.f32"
+    assert p["tile"] == (128, 128, 32) and p["stages"] == 3
+    assert p["warps"] == (2, 4) and p["warp_tile"] == (64, 32) and p["block"] == (256, 1, 1)
+    assert p["grid"] == (3, 2, 1) and p["shared_bytes"] == 3 * 32 * 256 * 2
+    assert p["swizzle"] == (1, 3, 0, 7)
+
+
+def test_mma_tiles_and_stages_are_options():
+    (p,) = plans(kernel(matmul(128, 64, 128, "bf16", (3,)), opts=[
+        "kernel.mma_tile_m=64", "kernel.mma_tile_n=64", "kernel.mma_tile_k=64",
+        "kernel.stages=2"]))
+    assert p["mapping"] == "mma-tiled" and p["tile"] == (64, 64, 64) and p["stages"] == 2
+    assert p["warps"] == (1, 2) and p["block"] == (64, 1, 1) and p["grid"] == (1, 2, 3)
+    assert p["swizzle"] == (0, 7, 0, 7)  # a 128-byte A row: 8 chunks
+
+
+@pytest.mark.parametrize("case,opts", [
+    (("f32", 256, 256, 64), ()),                      # f32: the FFMA tiles (TF32 is not on)
+    (("bf16", 17, 256, 64), ()),                      # ragged M
+    (("bf16", 256, 4097, 64), ()),                    # ragged N
+    (("bf16", 256, 256, 48), ()),                     # K not a multiple of 32
+    (("bf16", 256, 256, 64), ("kernel.tensor_cores=false",)),
+])
+def test_other_matmuls_keep_the_ffma_tiles(case, opts):
+    el, m, n, k = case
+    (p,) = plans(kernel(matmul(m, n, k, el), opts=opts))
+    assert p["mapping"] == "tiled" and "mma" not in p
+
+
+def test_tensor_cores_need_sm_80():
+    (p,) = plans(kernel(matmul(256, 256, 64, "bf16"), target="cuda:sm_75"))
+    assert p["mapping"] == "tiled"
+
+
+def test_too_many_stages_for_shared_memory_is_an_option_error():
+    from accy.errors import OptionError
+
+    with pytest.raises(OptionError, match="kernel.stages=4"):
+        RunOptions.parse(CUDA, ["kernel.stages=4"])
+    RunOptions.parse(CUDA, ["kernel.stages=4", "kernel.mma_tile_n=64"])
+
+
+def test_short_half_rows_keep_every_lane_busy():
+    # 64 columns: 8 halves a lane would leave 24 of 32 lanes idle; 2 fill the warp
+    (p,) = plans(kernel(graph("softmax", "bf16"), {0: (300, 64)}))
+    assert p["mapping"] == "warp-per-row" and p["vector_width"] == 2 and p["items"] == 1
+    (p,) = plans(kernel(graph("softmax"), {0: (300, 64)}))
+    assert p["vector_width"] == 4  # f32 keeps its width

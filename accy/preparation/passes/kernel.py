@@ -5,15 +5,20 @@ and a ``kernel.launch`` takes the region's place in the host function. The
 plan, per kind, for CUDA:
 
 - elementwise: a **grid-stride** loop, ``vector_width`` elements per
-  iteration (16-byte loads/stores when every buffer is f32 and the innermost
-  dimension divides), ``block_size`` threads, a grid capped at a few waves;
+  iteration (16-byte loads/stores when every buffer is a float (f32, f16,
+  bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
+  math in f32), ``block_size`` threads, a grid capped at a few waves;
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
   registers** once (up to 32 values a thread) and reductions run as
   warp-shuffle trees (then across warps through shared memory);
-- matmul: **tiled** through shared memory, ``tile_m × tile_n`` outputs a block,
-  ``tile_k`` deep, 4×4 outputs a thread, the epilogue applied in registers.
+- matmul: bf16/f16 on the **tensor cores** (``mma-tiled``: warp-level
+  ``mma.sync`` m16n8k16 with f32 accumulators, operands staged through a
+  ``cp.async`` pipeline of ``stages`` swizzled shared-memory tiles and read
+  with ``ldmatrix``) when the shapes divide its tiles; otherwise **tiled**
+  through shared memory, ``tile_m × tile_n`` outputs a block, ``tile_k`` deep,
+  4×4 outputs a thread. Either applies the epilogue in registers.
 
 For the host target every kernel is a plain loop nest (``mapping = "loop"``).
 """
@@ -49,9 +54,19 @@ def _element_bytes(op: Operation) -> int:
     return t.element.nbytes if isinstance(t, TensorType) else 4
 
 
-def _all_f32(region: RegionOp) -> bool:
+def _vector_elements(region: RegionOp, width: int) -> int:
+    """Elements per vector access of ``region`` (1: scalar).
+
+    ``width`` is the option's f32 width (16 bytes at 4). Half types (f16, bf16)
+    take the same bytes per access, so twice the elements (8 halves a ``uint4``)
+    when every buffer holds halves; with f32 buffers beside them the f32 width
+    rules (a ``float4`` and a ``uint2`` per access). Other element types: scalar.
+    """
     types = [v.type for v in region.operands] + list(region.result_types)
-    return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+    names = {t.element.name if isinstance(t, TensorType) else "" for t in types}
+    if width == 1 or not names <= {"f32", "f16", "bf16"}:
+        return 1
+    return width if "f32" in names else 2 * width
 
 
 def _arena_offsets(func: FuncOp) -> dict[int, int]:
@@ -90,7 +105,8 @@ def _aliased_params(region: RegionOp, func: FuncOp) -> tuple[int, ...]:
 
 
 def _vector_aligned(region: RegionOp, offsets: dict[int, int], vec: int) -> bool:
-    """Every arena buffer the region touches starts on a ``vec``-float boundary.
+    """Every arena buffer the region touches starts on a ``vec``-float boundary
+    (``4 · vec`` bytes: the widest access a vector of any element type makes).
 
     Arguments and results are allocated by the runtime (256-byte aligned); the
     arena's own alignment (``memory.alignment``) may be as small as 1 byte.
@@ -128,6 +144,12 @@ class PlanKernels(Pass):
     tile_m: int = KernelOptions.tile_m
     tile_n: int = KernelOptions.tile_n
     tile_k: int = KernelOptions.tile_k
+    tensor_cores: bool = KernelOptions.tensor_cores
+    mma_tile: tuple[int, int, int] = (KernelOptions.mma_tile_m, KernelOptions.mma_tile_n,
+                                      KernelOptions.mma_tile_k)
+    stages: int = KernelOptions.stages
+    sm: int = 0
+    """The CUDA compute capability (tensor cores need 80 or more)."""
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
         n = 0
@@ -161,18 +183,20 @@ class PlanKernels(Pass):
             return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
                     "vector_width": 1, "shared_bytes": 0}
         bs = self.block_size
-        aligned = _vector_aligned(region, offsets or {}, self.vector_width)
+        width = _vector_elements(region, self.vector_width)
+        aligned = width > 1 and _vector_aligned(region, offsets or {}, self.vector_width)
         if kind == "elementwise":
             n = math.prod(it) if it else 1
-            vec = self.vector_width if (_all_f32(region) and aligned and it
-                                        and it[-1] % self.vector_width == 0) else 1
+            vec = width if (aligned and it and it[-1] % width == 0) else 1
             blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
             return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                     "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
-            vec = self.vector_width if (_all_f32(region) and aligned
-                                        and cols % self.vector_width == 0) else 1
+            vec = width if (aligned and cols % width == 0) else 1
+            halves = width > self.vector_width  # no f32 buffer: the width doubled
+            while halves and vec > 1 and cols < 32 * vec:
+                vec //= 2  # a short row of halves keeps every lane of the warp busy
             warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
             if warp:
                 rpb = self.rows_per_block or bs // 32
@@ -195,6 +219,9 @@ class PlanKernels(Pass):
         out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
         batch = math.prod(out[:-2]) if len(out) > 2 else 1
         m, n = out[-2], out[-1]
+        mma = self.mma_plan(region, mm, offsets or {})
+        if mma is not None:
+            return mma
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
         # 16×16 threads a block; each computes a (tile_m/16)×(tile_n/16) micro-tile
         mt_m, mt_n = max(1, tm // 16), max(1, tn // 16)
@@ -202,6 +229,47 @@ class PlanKernels(Pass):
                 "grid": (math.ceil(n / tn), math.ceil(m / tm), batch), "vector_width": 1,
                 "shared_bytes": tk * ((tm + 1) + (tn + 4)) * _element_bytes(mm),
                 "tile": (tm, tn, tk), "micro_tile": (mt_m, mt_n)}
+
+    def mma_plan(self, region: RegionOp, mm: Operation, offsets: dict[int, int]) \
+            -> dict[str, object] | None:
+        """The tensor-core plan of a bf16/f16 matmul, or None (the FFMA tiles then).
+
+        Needs sm_80+, both operands plain row-major inputs of the kernel (A ``[…, M,
+        K]``, B ``[…, K, N]``, batch dims equal to the result's), shapes that divide
+        the tiles, and 16-byte aligned buffers (``cp.async`` copies 16 bytes).
+        """
+        if not self.tensor_cores or self.sm < 80:
+            return None
+        a, b = mm.operands
+        args = list(region.body.args)
+        if a not in args or b not in args:
+            return None
+        el = {a.type.element.name, b.type.element.name}  # type: ignore[attr-defined]
+        if len(el) != 1 or not el <= {"bf16", "f16"}:
+            return None
+        out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]
+        sa, sb = tuple(a.type.shape), tuple(b.type.shape)  # type: ignore[attr-defined]
+        m, n, k = out[-2], out[-1], sa[-1]
+        if sa != out[:-2] + (m, k) or sb != out[:-2] + (k, n):
+            return None
+        tm, tn, tk = self.mma_tile
+        if m % tm or n % tn or k % tk or not _vector_aligned(region, offsets, 4):
+            return None
+        wm, wn = 64, 32  # each warp: 4 × 4 m16n8 tiles
+        warps = (tm // wm, tn // wn)
+        a_chunks, b_chunks = tk // 8, tn // 8  # 16-byte chunks a row of each tile
+        # ldmatrix reads 8 rows of one chunk column: XOR the chunk with the row so the
+        # 8 land in 8 distinct 16-byte bank groups (a 64-byte A row pairs rows up)
+        swizzle = (1, 3, 0, 7) if a_chunks == 4 else (0, 7, 0, 7)
+        assert b_chunks >= 8
+        kind = el.pop()
+        batch = math.prod(out[:-2]) if len(out) > 2 else 1
+        return {"mapping": "mma-tiled", "block": (32 * warps[0] * warps[1], 1, 1),
+                "grid": (n // tn, m // tm, batch), "vector_width": 8,
+                "shared_bytes": self.stages * tk * (tm + tn) * 2,
+                "tile": (tm, tn, tk), "warps": warps, "warp_tile": (wm, wn),
+                "stages": self.stages, "swizzle": swizzle,
+                "mma": f"m16n8k16.row.col.f32.{kind}.{kind}.f32"}
 
     @staticmethod
     def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:

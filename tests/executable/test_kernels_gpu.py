@@ -1,0 +1,143 @@
+"""The kernel stage's newer kernels against the reference interpreter, on a GPU.
+
+Half precision (vector loads/stores, math in f32), with random shapes that
+include ragged edges. Tolerances: ``max |out − ref| / max |ref|`` at most
+``TOLERANCE[element]`` (f32: the float32 rounding test of ``test_fragments``;
+f16: 4e-3 and bf16: 3e-2 — a few units in the last place of the element type,
+since a reduction summed in another order can round one intermediate the other
+way, and the ops after it see that ulp).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+from stage_programs import graph  # noqa: E402
+
+from accy.executable.cache import FragmentCompilerCache  # noqa: E402
+from accy.preparation.options import RunOptions  # noqa: E402
+from accy.preparation.stages import PreparationRequest  # noqa: E402
+from accy.reference import run_reference  # noqa: E402
+
+TOLERANCE = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+
+pytestmark = pytest.mark.gpu
+
+
+def run_graph(name: str, element: str, dims: dict[str, int], options=(), seed: int = 0,  # type: ignore[no-untyped-def]
+              target: str = "cuda"):
+    """Run graph ``name`` in ``element`` on the GPU and the reference; the relative error.
+
+    A leading ``?`` of an argument is ``dims["rows"]``, any other ``?`` is
+    ``dims["cols"]`` (so ``?x?``, ``1x?`` and ``?`` line up as the graphs mean).
+    """
+    sm = graph(name, element if element != "f32" else None)
+    rng = np.random.default_rng(seed)
+    arrays, shapes = [], {}
+    for i, t in enumerate(sm.entry().function_type.inputs):
+        shape = tuple((dims["rows"] if j == 0 and len(t.shape) > 1 else dims["cols"])
+                      if d is None else d for j, d in enumerate(t.shape))
+        if not t.is_static:
+            shapes[i] = shape
+        a = rng.standard_normal(shape).astype(np.float32)
+        arrays.append(a.astype(np.float16) if element == "f16" else a)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse(target, list(options)), shapes=shapes))
+    got = update.fragment(*arrays)
+    want = run_reference(sm.module, arrays)
+    errs = []
+    for g, w in zip(got, want):
+        g = np.asarray(g, np.float64)
+        w = np.asarray(w, np.float64)
+        assert g.shape == w.shape
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        ok = ~np.isnan(w)
+        scale = max(float(np.max(np.abs(w[ok]))) if ok.any() else 0.0, 1e-30)
+        errs.append(float(np.max(np.abs(g[ok] - w[ok]))) / scale if ok.any() else 0.0)
+    return max(errs)
+
+
+ROWS = ["bias_gelu", "gelu_tanh", "layernorm", "rmsnorm", "softmax", "residual_norm",
+        "elementwise_chain", "dynamic"]
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("name", ROWS)
+@pytest.mark.parametrize("rows", [1, 17, 300])
+def test_half_row_programs(name: str, element: str, rows: int) -> None:
+    dims = {"rows": rows, "cols": 4096}
+    assert run_graph(name, element, dims) <= TOLERANCE[element]
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("cols", [8, 17, 1024, 2048, 4097])
+def test_half_softmax_ragged_columns(element: str, cols: int) -> None:
+    assert run_graph("softmax", element, {"rows": 33, "cols": cols}) <= TOLERANCE[element]
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("options", [("kernel.vector_width=2",), ("kernel.vector_width=1",),
+                                     ("dispatch.fuse=false",), ("memory.reuse=false",)])
+def test_half_variants(element: str, options) -> None:  # type: ignore[no-untyped-def]
+    for name in ("layernorm", "bias_gelu", "elementwise_chain"):
+        assert run_graph(name, element, {"rows": 19, "cols": 4096}, options) \
+            <= TOLERANCE[element]
+
+
+# ------------------------------------------------------------ tensor-core matmul
+
+
+def run_module(sm, arrays, options=(), target: str = "cuda") -> float:  # type: ignore[no-untyped-def]
+    """Run ``sm`` compiled for ``target`` and the reference; the relative error."""
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse(target, list(options))))
+    got = update.fragment(*arrays)
+    want = run_reference(sm.module, arrays)
+    errs = []
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert g.shape == w.shape
+        errs.append(float(np.max(np.abs(g - w))) / max(float(np.max(np.abs(w))), 1e-30))
+    return max(errs)
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("m,n,k,batch", [(128, 128, 32, ()), (256, 384, 96, ()),
+                                         (512, 256, 1024, ()), (128, 256, 64, (3,)),
+                                         (1, 17, 4097, ()), (17, 4097, 64, ()),
+                                         (129, 130, 33, ())])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_half_matmuls(element: str, m: int, n: int, k: int, batch, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    rng = np.random.default_rng(m * n + k)
+    shapes = [batch + (m, k), batch + (k, n)] + ([(n,)] if epilogue else [])
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if element == "f16":
+        arrays = [a.astype(np.float16) for a in arrays]
+    err = run_module(matmul(m, n, k, element, batch, epilogue), arrays)
+    assert err <= TOLERANCE[element], err
+
+
+@pytest.mark.parametrize("opts", [("kernel.stages=2",), ("kernel.stages=4", "kernel.mma_tile_n=64"),
+                                  ("kernel.mma_tile_m=64", "kernel.mma_tile_n=64",
+                                   "kernel.mma_tile_k=64")])
+def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 512), (512, 384), (384,)]]
+    err = run_module(matmul(256, 384, 512, "bf16", (), True), arrays, opts)
+    assert err <= TOLERANCE["bf16"], err
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_half_mlp_block(element: str) -> None:
+    assert run_graph("mlp", element, {"rows": 256, "cols": 256}) <= TOLERANCE[element]

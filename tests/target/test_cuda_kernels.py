@@ -1,0 +1,126 @@
+"""The CUDA renderer's kernels for the kernel stage's newer plans: half-precision
+vectors, and every such kernel compiled to a cubin by NVRTC (no GPU needed).
+
+What the kernels compute is checked on a GPU (``tests/executable/test_kernels_gpu.py``);
+here: the spelling the plan asks for, and that NVRTC accepts it for ``sm_90``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+from stage_programs import graph  # noqa: E402
+
+from accy.executable.device import compile_cuda  # noqa: E402
+from accy.pipeline import prepare_through  # noqa: E402
+from accy.preparation.options import RunOptions  # noqa: E402
+
+CUDA = "cuda:sm_90"
+
+
+def source(sm, shapes, opts=()) -> str:  # type: ignore[no-untyped-def]
+    job = prepare_through(sm, "target", RunOptions.parse(CUDA, list(opts)), shapes).product
+    return job.module.attributes["target.source"].value
+
+
+def cubin(text: str) -> bytes:
+    binary = compile_cuda(text, "sm_90")
+    assert binary[:4] == b"\x7fELF"
+    return binary
+
+
+# ------------------------------------------------------------------ half vectors
+
+
+@pytest.mark.parametrize("element,pack", [("bf16", "accy_pack_bf2"), ("f16", "accy_pack_h2")])
+def test_half_elementwise_moves_sixteen_bytes_an_access(element: str, pack: str) -> None:
+    text = source(graph("bias_gelu", element), {0: (8, 4096)})
+    assert "reinterpret_cast<const uint4*>(in0" in text
+    assert f"*reinterpret_cast<uint4*>(out0 + i) = make_uint4({pack}(" in text
+    assert f"unsigned int {pack}(float lo, float hi)" in text  # the helper it calls
+    cubin(text)
+
+
+def test_bf16_rounds_in_one_instruction() -> None:
+    text = source(graph("gelu_tanh", "bf16"), {0: (4, 4096)})
+    assert 'cvt.rn.bf16.f32' in text and "0x7fffu" not in text
+    cubin(text)
+
+
+def test_f32_programs_carry_no_half_helpers() -> None:
+    text = source(graph("bias_gelu"), {0: (8, 4096)})
+    assert "accy_pack_" not in text and "make_float4(" in text
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("name,shape", [("softmax", (8, 4096)), ("layernorm", (8, 4096)),
+                                        ("rmsnorm", (3, 4096)), ("softmax", (5, 1024))])
+def test_half_rows_cache_floats_and_store_packed(element: str, name: str, shape) -> None:  # type: ignore[no-untyped-def]
+    text = source(graph(name, element), {0: shape})
+    assert "reg0[j][0] = w" in text  # the row held as floats, unpacked once
+    assert "*reinterpret_cast<uint" in text
+    cubin(text)
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("name", ["all_ops", "bias_gelu", "dynamic", "elementwise_chain",
+                                  "gelu_tanh", "layernorm", "reductions", "residual_norm",
+                                  "rmsnorm", "softmax", "softmax_axis0", "mlp", "attention"])
+def test_every_graph_in_half_precision_compiles(element: str, name: str) -> None:
+    sm = graph(name, element)
+    shapes = {i: tuple(17 if d is None else d for d in t.shape)
+              for i, t in enumerate(sm.entry().function_type.inputs)}
+    cubin(source(sm, shapes))
+
+
+# ------------------------------------------------------------ tensor-core matmul
+
+
+def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
+           epilogue: bool = False):  # type: ignore[no-untyped-def]
+    from stage_programs import program
+
+    pre = "".join(f"{d}x" for d in batch)
+    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
+               f"tensor<{pre}{m}x{n}x{element}>")
+    v = f"tensor<{n}x{element}>"
+    body = f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
+    if epilogue:
+        body += (f'    %1 = "semantic.add"(%0, %a2) : ({c}, {v}) -> {c}\n'
+                 f'    %2 = "semantic.relu"(%1) : ({c}) -> {c}\n'
+                 f'    "func.return"(%2) : ({c}) -> ()')
+        return program([a, b, v], [c], body)
+    return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_tensor_core_matmul_spells_its_plan(element: str) -> None:
+    text = source(matmul(256, 256, 128, element), {})
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{element}.{element}.f32" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in text
+    assert "cp.async.cg.shared.global" in text and "cp.async.wait_group 1;" in text
+    assert "unsigned short As[3][4096]" in text and "unsigned short Bs[3][4096]" in text
+    cubin(text)
+
+
+@pytest.mark.parametrize("opts", [
+    (), ("kernel.stages=2",), ("kernel.stages=4", "kernel.mma_tile_n=64"),
+    ("kernel.mma_tile_m=64", "kernel.mma_tile_n=64", "kernel.mma_tile_k=64"),
+    ("kernel.mma_tile_m=64",),
+    ("kernel.mma_tile_n=64", "kernel.mma_tile_k=64", "kernel.stages=2")])
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_tensor_core_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
+    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts)
+    assert "mma.sync" in text
+    cubin(text)
+
+
+def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
+    text = source(graph("mlp", "bf16"), {0: (4096, 256)})
+    assert text.count("mma.sync.aligned") == 2
+    cubin(text)
