@@ -281,7 +281,7 @@ class RunOptions:
         out: dict[str, Any] = dataclasses.asdict(self.stage_options(stage))
         if stage == "kernel":
             out["target.kind"] = self.target.kind
-            if self.kernel.tensor_cores and self.target.kind == "cuda":
+            if self.kernel.tensor_cores and self.target.backend.thread_blocks:
                 out["target.arch"] = self.target.arch  # tensor cores from sm_80
         if stage == "target":
             out["target"] = str(self.target)

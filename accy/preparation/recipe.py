@@ -81,7 +81,7 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
     from accy.preparation.passes import kernel as k
 
     o = options.kernel
-    return (k.PlanKernels(options.target.kind, o.block_size, o.vector_width,
+    return (k.PlanKernels(options.target.backend.thread_blocks, o.block_size, o.vector_width,
                           o.rows_per_block, o.tile_m, o.tile_n, o.tile_k, o.tensor_cores,
                           (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
                           options.target.backend.sm_number),)

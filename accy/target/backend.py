@@ -45,6 +45,9 @@ class Backend:
     """What the target stage's renderer spells: ``c`` or ``cuda``."""
     needs_gpu: ClassVar[bool]
     """Loading (and running) a fragment needs a GPU worker."""
+    thread_blocks: ClassVar[bool]
+    """Kernels run as grids of thread blocks (the kernel stage maps work onto threads);
+    otherwise each kernel is a plain loop nest."""
     compiler_module: ClassVar[str] = "accy.executable.device"
     """The module that compiles and loads (imported only to compile or load)."""
     max_threads_per_block: ClassVar[int]
@@ -96,6 +99,7 @@ class HostBackend(Backend):
     kind: ClassVar[str] = "host"
     language: ClassVar[str] = "c"
     needs_gpu: ClassVar[bool] = False
+    thread_blocks: ClassVar[bool] = False
     max_threads_per_block: ClassVar[int] = 1 << 30
     max_shared_bytes: ClassVar[int] = 1 << 30
     max_grid: ClassVar[tuple[int, int, int]] = (1 << 62, 1 << 62, 1 << 62)
@@ -130,6 +134,7 @@ class CudaBackend(Backend):
     kind: ClassVar[str] = "cuda"
     language: ClassVar[str] = "cuda"
     needs_gpu: ClassVar[bool] = True
+    thread_blocks: ClassVar[bool] = True
     max_threads_per_block: ClassVar[int] = 1024
     max_shared_bytes: ClassVar[int] = 48 * 1024
     max_grid: ClassVar[tuple[int, int, int]] = ((1 << 31) - 1, 65535, 65535)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accy.preparation.keys import StageKey, code_version, make_key
+from accy.target.backend import backend_of
 
 KIND = "tuning"
 """The artifact store kind of both records."""
@@ -304,7 +305,7 @@ def apply_tuning(variants: Sequence[Any], store_url: str | None,
             except AccyError:
                 modules[v.program] = None
         mod = modules[v.program]
-        kind = "host" if v.target == "host" else "cuda"
+        kind = backend_of(v.target).kind
         if prefer is None and kind not in local:
             local[kind] = local_device_names(kind)
         choice = None if mod is None else lookup(

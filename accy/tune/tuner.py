@@ -40,6 +40,7 @@ from typing import Any
 
 from accy.errors import AccyError
 from accy.sweep import Variant
+from accy.target.backend import backend_of
 from accy.tune.database import (
     TuningDatabase,
     accy_version,
@@ -77,7 +78,7 @@ class Group:
 
     @property
     def kind(self) -> str:
-        return "host" if self.target == "host" else "cuda"
+        return backend_of(self.target).kind
 
     def space(self) -> list[dict[str, Any]]:
         """Each variant's non-default options: the option space its key covers."""

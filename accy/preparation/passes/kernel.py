@@ -137,7 +137,8 @@ class PlanKernels(Pass):
     """Turn dispatch regions into planned ``kernel.func`` + ``kernel.launch`` pairs."""
 
     name = "plan-kernels"
-    target_kind: str = "host"
+    thread_blocks: bool = False
+    """The target runs kernels as grids of thread blocks (its backend says); else loops."""
     block_size: int = KernelOptions.block_size
     vector_width: int = KernelOptions.vector_width
     rows_per_block: int = KernelOptions.rows_per_block
@@ -179,7 +180,7 @@ class PlanKernels(Pass):
             -> dict[str, object]:
         kind = region.kind
         it = tuple(region.iteration)
-        if self.target_kind == "host":
+        if not self.thread_blocks:
             return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
                     "vector_width": 1, "shared_bytes": 0}
         bs = self.block_size
