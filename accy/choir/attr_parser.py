@@ -77,35 +77,9 @@ class AttrParser(Lexer):
         self.skip()
         pos = self.pos
         if self.accept("("):
-            inputs: list[Type] = []
-            if not self.accept(")"):
-                while True:
-                    inputs.append(self.parse_type())
-                    if self.accept(")"):
-                        break
-                    self.expect(",", "',' or ')' in a type list")
-            self.expect("->", "'->' in a function type")
-            if self.accept("("):
-                results: list[Type] = []
-                if not self.accept(")"):
-                    while True:
-                        results.append(self.parse_type())
-                        if self.accept(")"):
-                            break
-                        self.expect(",", "',' or ')' in a type list")
-                return FunctionType(tuple(inputs), tuple(results))
-            return FunctionType(tuple(inputs), (self.parse_type(),))
+            return self._function_type()
         if self.accept("!"):
-            m = _SUFFIX_ID.match(self.text, self.pos)
-            if not m:
-                raise self.error("expected a dialect type name after '!'")
-            self.pos = m.end()
-            body = m.group(0)
-            if self.text.startswith("<", self.pos):
-                end = self._balanced_end(self.pos, "<", ">")
-                body += self.text[self.pos:end]
-                self.pos = end
-            return OpaqueType(body)
+            return self._opaque_type()
         name = self.peek_ident()
         if name is None:
             raise self.error(f"expected a type, found {self._found()}")
@@ -119,6 +93,38 @@ class AttrParser(Lexer):
             self.pos += len(name)
             return NoneType()
         raise self.error(f"unsupported type '{name}'", pos)
+
+    def _function_type(self) -> FunctionType:
+        """``(…) -> …`` after its ``(``: results in parentheses, or one bare result type."""
+        inputs = self._type_list()
+        self.expect("->", "'->' in a function type")
+        if self.accept("("):
+            return FunctionType(tuple(inputs), tuple(self._type_list()))
+        return FunctionType(tuple(inputs), (self.parse_type(),))
+
+    def _type_list(self) -> list[Type]:
+        """The comma-separated types of a ``(…)`` list, after its ``(``, through its ``)``."""
+        types: list[Type] = []
+        if not self.accept(")"):
+            while True:
+                types.append(self.parse_type())
+                if self.accept(")"):
+                    break
+                self.expect(",", "',' or ')' in a type list")
+        return types
+
+    def _opaque_type(self) -> OpaqueType:
+        """A dialect type ``!name`` or ``!name<…>`` after its ``!``, kept as its text."""
+        m = _SUFFIX_ID.match(self.text, self.pos)
+        if not m:
+            raise self.error("expected a dialect type name after '!'")
+        self.pos = m.end()
+        body = m.group(0)
+        if self.text.startswith("<", self.pos):
+            end = self._balanced_end(self.pos, "<", ">")
+            body += self.text[self.pos:end]
+            self.pos = end
+        return OpaqueType(body)
 
     def tensor_body(self, pos: int) -> TensorType:
         """``<D0xD1x…xT>`` after ``tensor``: ASCII-digit or ``?`` dims that fit int64."""
