@@ -10,6 +10,8 @@ Example
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
@@ -197,43 +199,69 @@ class AttrParser(Lexer):
 
     def _parse_attribute(self) -> Attribute:
         self.skip()
-        pos = self.pos
+        parse = self._ATTRIBUTE_BY_LEAD.get(self.text[self.pos:self.pos + 1])
+        if parse is not None:
+            return parse(self)
+        if _NUMBER.match(self.text, self.pos):
+            return self._number_attribute()
+        return self._keyword_attribute()
+
+    def _string_attr(self) -> StringAttr:
+        """``"…"``, with an optional ``: type`` that is read and dropped."""
+        s = self.string()
+        if self.accept(":"):
+            self.parse_type()  # typed string: the type is dropped
+        return StringAttr(s)
+
+    def _array_attr(self) -> ArrayAttr:
+        """``[a, b, …]``: a list of attributes."""
+        self.pos += 1
+        vals: list[Attribute] = []
+        if not self.accept("]"):
+            while True:
+                vals.append(self.parse_attribute())
+                if self.accept("]"):
+                    break
+                self.expect(",", "',' or ']'")
+        return ArrayAttr(tuple(vals))
+
+    def _dict_attr(self) -> DictAttr:
+        """``{k = v, …}`` as an attribute value."""
+        return DictAttr(tuple(self.attr_dict().items()))
+
+    def _symbol_ref_attr(self) -> SymbolRefAttr:
+        """``@name`` or ``@"name"``."""
+        self.pos += 1
         if self.peek('"'):
-            s = self.string()
-            if self.accept(":"):
-                self.parse_type()  # typed string: the type is dropped
-            return StringAttr(s)
-        if self.peek("["):
-            self.pos += 1
-            vals: list[Attribute] = []
-            if not self.accept("]"):
-                while True:
-                    vals.append(self.parse_attribute())
-                    if self.accept("]"):
-                        break
-                    self.expect(",", "',' or ']'")
-            return ArrayAttr(tuple(vals))
-        if self.peek("{"):
-            return DictAttr(tuple(self.attr_dict().items()))
-        if self.peek("@"):
-            self.pos += 1
-            if self.peek('"'):
-                return SymbolRefAttr(self.string())
-            return SymbolRefAttr(self.ident("symbol name"))
-        if self.peek("(") or self.peek("!"):
-            return TypeAttr(self.parse_type())
-        m = _NUMBER.match(self.text, self.pos)
-        if m:
-            text = self.number()
-            t: ScalarType | None = None
-            if self.accept(":"):
-                self.skip()
-                tpos = self.pos
-                ty = self.parse_type()
-                if not isinstance(ty, ScalarType):
-                    raise self.error("a number attribute needs a scalar type", tpos)
-                t = ty
-            return self._number_attr(text, t, pos)
+            return SymbolRefAttr(self.string())
+        return SymbolRefAttr(self.ident("symbol name"))
+
+    def _type_attr(self) -> TypeAttr:
+        """A type used as an attribute value."""
+        return TypeAttr(self.parse_type())
+
+    _ATTRIBUTE_BY_LEAD: ClassVar[dict[str, Callable[[AttrParser], Attribute]]] = {
+        '"': _string_attr, "[": _array_attr, "{": _dict_attr, "@": _symbol_ref_attr,
+        "(": _type_attr, "!": _type_attr,
+    }
+    """The attribute family each leading character starts (numbers and keywords aside)."""
+
+    def _number_attribute(self) -> Attribute:
+        """A number literal with an optional ``: type``, which must be a scalar type."""
+        pos = self.pos
+        text = self.number()
+        t: ScalarType | None = None
+        if self.accept(":"):
+            self.skip()
+            tpos = self.pos
+            ty = self.parse_type()
+            if not isinstance(ty, ScalarType):
+                raise self.error("a number attribute needs a scalar type", tpos)
+            t = ty
+        return self._number_attr(text, t, pos)
+
+    def _keyword_attribute(self) -> Attribute:
+        """``true``/``false``, ``unit``, ``array<…>``, ``dense<…>`` or a named type."""
         name = self.peek_ident()
         if name in ("true", "false"):
             self.pos += len(name)
