@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -53,6 +54,62 @@ MAX_DIM = (1 << 63) - 1
 """Largest tensor dimension (and element count) choir accepts: int64, as in MLIR."""
 _LOC_DEF = re.compile(r"^#([A-Za-z0-9_$.\-]+)\s*=\s*loc\((.*)\)\s*$", re.M)
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":([0-9]{1,18}):([0-9]{1,18})')
+
+
+@dataclass
+class _DenseShape:
+    """The shape of a nested dense literal, checked as its lists open and close."""
+
+    lexer: Lexer
+    start: int
+    """Where the literal starts: the location of every 'ragged' error."""
+    dims: dict[int, int] = field(default_factory=dict)
+    """The length of the lists at each level, fixed by the first one closed there."""
+    counts: list[int] = field(default_factory=list)
+    """Items so far in each open list."""
+    leaf_level: int | None = None
+    """The level the values sit at, fixed by the first value."""
+    deepest: int = 0
+    """The deepest level a list was opened at."""
+
+    def ragged(self) -> ParseError:
+        """The error of a literal whose lists differ in length or depth."""
+        return self.lexer.error("ragged dense literal", self.start)
+
+    def open(self) -> None:
+        """A ``[``: one level deeper, which must be above the level of the values."""
+        self.deepest = max(self.deepest, len(self.counts))
+        if len(self.counts) >= MAX_DEPTH:
+            raise self.lexer.error("nesting too deep")
+        if self.leaf_level is not None and len(self.counts) >= self.leaf_level:
+            raise self.ragged()
+        self.counts.append(0)
+
+    def close(self) -> bool:
+        """Close the innermost list; True once the outermost one is closed."""
+        n, level = self.counts.pop(), len(self.counts)
+        if self.dims.setdefault(level, n) != n:
+            raise self.ragged()
+        if self.counts:
+            self.counts[-1] += 1
+        return not self.counts
+
+    def value(self) -> None:
+        """A value in the innermost list: all values sit at one level, below every list."""
+        level = len(self.counts)
+        if self.leaf_level is None:
+            if self.deepest >= level:  # a list was opened at this level
+                raise self.ragged()
+            self.leaf_level = level
+        elif level != self.leaf_level:
+            raise self.ragged()
+        self.counts[-1] += 1
+
+    def shape(self) -> tuple[int, ...]:
+        """The literal's shape, once its outermost list is closed."""
+        if self.leaf_level is not None and self.leaf_level != len(self.dims):
+            raise self.ragged()
+        return tuple(self.dims[i] for i in range(len(self.dims)))
 
 
 class AttrParser(Lexer):
@@ -402,64 +459,31 @@ class AttrParser(Lexer):
         self.skip()
         if not self.peek("["):
             return [self._dense_token()], ()
-        lit_pos = self.pos
+        shape = _DenseShape(self, self.pos)
         flat: list[object] = []
-        dims: dict[int, int] = {}  # the length of the lists at each level, fixed by the first
-        counts: list[int] = []  # items so far in each open list
-        leaf_level: int | None = None
-        deepest = 0  # the deepest level a list was opened at
-
-        def ragged() -> ParseError:
-            return self.error("ragged dense literal", lit_pos)
-
-        def open_list() -> None:
-            nonlocal deepest
-            deepest = max(deepest, len(counts))
-            if len(counts) >= MAX_DEPTH:
-                raise self.error("nesting too deep")
-            if leaf_level is not None and len(counts) >= leaf_level:
-                raise ragged()
-            counts.append(0)
-
-        def close_list() -> bool:
-            """Close the innermost list; True once the outermost one is closed."""
-            n, level = counts.pop(), len(counts)
-            if dims.setdefault(level, n) != n:
-                raise ragged()
-            if counts:
-                counts[-1] += 1
-            return not counts
-
         self.expect("[")
-        open_list()
+        shape.open()
         while True:
-            if counts[-1] == 0 and self.accept("]"):  # an empty list
-                if close_list():
+            if shape.counts[-1] == 0 and self.accept("]"):  # an empty list
+                if shape.close():
                     break
             elif self.accept("["):
-                open_list()
+                shape.open()
                 continue
             else:
-                level = len(counts)
-                if leaf_level is None:
-                    if deepest >= level:  # a list was opened at this level
-                        raise ragged()
-                    leaf_level = level
-                elif level != leaf_level:
-                    raise ragged()
+                shape.value()
                 flat.append(self._dense_token())
-                counts[-1] += 1
-            done = False
-            while not self.accept(","):
-                self.expect("]", "',' or ']' in dense elements")
-                if close_list():
-                    done = True
-                    break
-            if done:
+            if self._dense_item_end(shape):
                 break
-        if leaf_level is not None and leaf_level != len(dims):
-            raise ragged()
-        return flat, tuple(dims[i] for i in range(len(dims)))
+        return flat, shape.shape()
+
+    def _dense_item_end(self, shape: _DenseShape) -> bool:
+        """After an item, a ``,`` or ``]``s that close lists; True once the outermost is closed."""
+        while not self.accept(","):
+            self.expect("]", "',' or ']' in dense elements")
+            if shape.close():
+                return True
+        return False
 
     def _dense_token(self) -> object:
         name = self.peek_ident()
