@@ -225,74 +225,99 @@ class _Sweep:
 
 
 def _read_sweep(path: str) -> _Sweep:
+    """Read and check one sweep file: its programs, targets, shapes and option axes."""
+    r = _Reader(path)
+    root = r.parse(_read_text(path))
+    if root is None:
+        raise SweepError(f"{path}: the sweep file is empty (it needs 'programs')")
+    top = _top_level(r, root)
+    programs = _programs(r, top["programs"])
+    targets = _targets(r, top["targets"]) if "targets" in top else [Target("host")]
+    shapes = _shapes(r, top["shapes"]) if "shapes" in top else [{}]
+    axes = _option_axes(r, top["options"], targets[0]) if "options" in top else []
+    return _Sweep(path, programs, targets, shapes, axes)
+
+
+def _read_text(path: str) -> str:
+    """The sweep file's text, which must be readable and UTF-8."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise SweepError(f"{path}: cannot read the sweep file: {e.strerror or e}") from None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: the sweep file is not UTF-8 text (byte {e.start} is "
                          f"{data[e.start]:#04x})") from None
-    r = _Reader(path)
-    root = r.parse(text)
-    if root is None:
-        raise SweepError(f"{path}: the sweep file is empty (it needs 'programs')")
+
+
+def _top_level(r: _Reader, root: yaml.Node) -> dict[str, yaml.Node]:
+    """The top-level mapping, key -> value node: known keys only, ``programs`` required."""
     top = {key: (key_node, value) for key, key_node, value in r.mapping(root, "a sweep file")}
     for key, (key_node, _) in top.items():
         if key not in TOP_LEVEL:
             raise r.error(f"unknown key '{key}' (expected {', '.join(TOP_LEVEL)})", key_node)
     if "programs" not in top:
         raise r.error("missing 'programs' (a list of program files)", root)
+    return {key: value for key, (_, value) in top.items()}
 
-    base = os.path.dirname(os.path.abspath(path))
+
+def _programs(r: _Reader, node: yaml.Node) -> list[str]:
+    """``programs``: paths relative to the sweep file, each an existing file."""
+    base = os.path.dirname(os.path.abspath(r.path))
     programs: list[str] = []
-    for node in r.sequence(top["programs"][1], "'programs'"):
-        rel = r.scalar(node)
+    for item in r.sequence(node, "'programs'"):
+        rel = r.scalar(item)
         if not isinstance(rel, str) or not rel.strip():
-            raise r.error(f"a program must be a file path, got {rel!r}", node)
+            raise r.error(f"a program must be a file path, got {rel!r}", item)
         full = os.path.normpath(os.path.join(base, os.path.expanduser(rel)))
         if not os.path.isfile(full):
-            raise r.error(f"program '{rel}' not found (looked for {full})", node)
+            raise r.error(f"program '{rel}' not found (looked for {full})", item)
         programs.append(full)
+    return programs
 
-    targets: list[Target] = [Target("host")]
-    if "targets" in top:
-        targets = []
-        for node in r.sequence(top["targets"][1], "'targets'"):
-            text = r.scalar(node)
-            try:
-                targets.append(Target.parse(str(text)))
-            except OptionError as e:
-                raise r.error(e.message, node) from None
 
-    shapes: list[dict[int, tuple[int, ...]]] = [{}]
-    if "shapes" in top:
-        shapes = []
-        for node in r.sequence(top["shapes"][1], "'shapes'"):
-            binding = {k: _shape_value(r, v) for k, _, v in r.mapping(node, "a shape binding")}
-            try:
-                shapes.append(parse_shapes(binding))
-            except OptionError as e:
-                raise r.error(e.message.replace("--shape ", "shape "), node) from None
+def _targets(r: _Reader, node: yaml.Node) -> list[Target]:
+    """``targets``: each a target spelling ``Target.parse`` accepts."""
+    targets: list[Target] = []
+    for item in r.sequence(node, "'targets'"):
+        text = r.scalar(item)
+        try:
+            targets.append(Target.parse(str(text)))
+        except OptionError as e:
+            raise r.error(e.message, item) from None
+    return targets
 
+
+def _shapes(r: _Reader, node: yaml.Node) -> list[dict[int, tuple[int, ...]]]:
+    """``shapes``: each a ``{argN: AxB}`` binding."""
+    shapes: list[dict[int, tuple[int, ...]]] = []
+    for item in r.sequence(node, "'shapes'"):
+        binding = {k: _shape_value(r, v) for k, _, v in r.mapping(item, "a shape binding")}
+        try:
+            shapes.append(parse_shapes(binding))
+        except OptionError as e:
+            raise r.error(e.message.replace("--shape ", "shape "), item) from None
+    return shapes
+
+
+def _option_axes(r: _Reader, node: yaml.Node, target: Target) -> list[tuple[str, list[Any]]]:
+    """``options``: one axis per ``STAGE.NAME``, each value valid for ``target``."""
     axes: list[tuple[str, list[Any]]] = []
-    if "options" in top:
-        for name, _, value_node in r.mapping(top["options"][1], "'options'"):
-            values = []
-            for node in r.sequence(value_node, f"option axis '{name}'"):
-                value = r.scalar(node)
-                if value is None:
-                    raise r.error(f"option '{name}' has an empty value", node)
-                try:
-                    RunOptions.parse(targets[0], {name: value})
-                except OptionError as e:
-                    raise r.error(e.message, node) from None
-                values.append(value)
-            axes.append((name, values))
-
-    return _Sweep(path, programs, targets, shapes, axes)
+    for name, _, value_node in r.mapping(node, "'options'"):
+        values = []
+        for item in r.sequence(value_node, f"option axis '{name}'"):
+            value = r.scalar(item)
+            if value is None:
+                raise r.error(f"option '{name}' has an empty value", item)
+            try:
+                RunOptions.parse(target, {name: value})
+            except OptionError as e:
+                raise r.error(e.message, item) from None
+            values.append(value)
+        axes.append((name, values))
+    return axes
 
 
 def _shape_value(r: _Reader, node: yaml.Node) -> str:

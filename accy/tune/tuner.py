@@ -228,68 +228,119 @@ def tune(client: Any, variants: Sequence[Variant], *, store_url: str | None = No
     >>> #     result = tune(client, load_sweeps(["graphs/sweeps/quickstart.yaml"]))
     >>> #     result.groups[0]["winner"]
     """
-    from distributed import Future, as_completed
-
     from accy.distributed.batch import run_batch
-    from accy.preparation.products import SemanticModule
-    from accy.tune.timing import worker_device_info
 
     if reps < 1:
         raise AccyError(f"--reps must be at least 1, got {reps}")
     t0 = time.perf_counter()
     groups = group_variants(variants)
-    db = TuningDatabase(store_url)
-    version = accy_version()
-    infos: dict[str, dict[str, Any]] = client.run(worker_device_info)
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    resources = {a: dict(w.get("resources") or {}) for a, w in workers.items()}
-    timers = choose_timers(groups, infos, resources)
-    modules: dict[str, SemanticModule | AccyError] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    pending: list[tuple[Group, dict[str, Any]]] = []  # (group, its row so far)
-
-    for g in groups:
-        row = _row(g)
-        rows[g.id] = row
-        if g.program not in modules:
-            try:
-                modules[g.program] = SemanticModule.from_file(g.program)
-            except AccyError as e:
-                modules[g.program] = e
-        mod = modules[g.program]
-        if isinstance(mod, AccyError):
-            _fail(row, f"the program does not load: {mod}")
-            continue
-        worker, why = timers[g.id]
-        if worker is None:
-            _fail(row, why)
-            continue
-        info = infos[worker]
-        dname = device_name(info, g.kind)
-        compiler = (info.get("nvrtc") if g.kind == "cuda" else info.get("cc"))
-        shapes = concrete_shapes(mod, g.shapes)
-        skey = space_key(mod.fingerprint(), shapes, g.target, dname, compiler, g.space(),
-                         reps, version)
-        row.update(worker=worker, device=dname, device_info=info, measurement=skey.hex,
-                   reps=reps)
-        row["_index"] = index_key(mod.fingerprint(), shapes, g.target, version)
-        row["_space"] = skey
-        stored = None if retune else db.measurement(skey)
-        if stored is not None and stored.get("status") == "ok":
-            row.update({k: v for k, v in stored.items()
-                        if k not in ("key", "fields", "format") and not k.startswith("_")})
-            row["reused"] = True
-            continue
-        pending.append((g, row))
-
+    run = _Run.start(client, groups, store_url, reps)
+    pending = run.plan(groups, retune)
     # compile every variant still to be measured, as accy batch does
     todo = [v for g, _ in pending for v in g.variants]
     batch = run_batch(client, todo, store_url=store_url, on_done=on_compiled) if todo else None
     outcomes = {o.id: o for o in (batch.outcomes if batch else [])}
+    futures, holds = run.submit(pending, outcomes, seed, check)
+    run.collect(futures, on_group)
+    del holds
+    run.record_winners(groups, on_group)
+    return TuneResult([run.rows[g.id] for g in groups], batch, time.perf_counter() - t0)
 
-    futures: dict[Any, tuple[Group, dict[str, Any]]] = {}
-    holds: list[Any] = []
-    for g, row in pending:
+
+@dataclass
+class _Run:
+    """One tuning run's state: the cluster's timing devices, the database, the rows."""
+
+    client: Any
+    store_url: str | None
+    reps: int
+    db: TuningDatabase
+    version: str
+    infos: dict[str, dict[str, Any]]
+    resources: dict[str, dict[str, Any]]
+    timers: dict[str, tuple[str | None, str]]
+    modules: dict[str, Any] = field(default_factory=dict)
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @staticmethod
+    def start(client: Any, groups: list[Group], store_url: str | None, reps: int) -> _Run:
+        """Ask the workers for their devices and pick each group's timing worker."""
+        from accy.tune.timing import worker_device_info
+
+        infos: dict[str, dict[str, Any]] = client.run(worker_device_info)
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        resources = {a: dict(w.get("resources") or {}) for a, w in workers.items()}
+        return _Run(client, store_url, reps, TuningDatabase(store_url), accy_version(), infos,
+                    resources, choose_timers(groups, infos, resources))
+
+    def module(self, program: str) -> Any:
+        """The group's program (or the error that kept it from loading), read once."""
+        from accy.preparation.products import SemanticModule
+
+        if program not in self.modules:
+            try:
+                self.modules[program] = SemanticModule.from_file(program)
+            except AccyError as e:
+                self.modules[program] = e
+        return self.modules[program]
+
+    def plan(self, groups: list[Group], retune: bool) -> list[tuple[Group, dict[str, Any]]]:
+        """Each group's row; the groups whose stored measurement can be reused are done,
+        the others are returned (to compile and time)."""
+        pending: list[tuple[Group, dict[str, Any]]] = []
+        for g in groups:
+            row = _row(g)
+            self.rows[g.id] = row
+            mod = self.module(g.program)
+            if isinstance(mod, AccyError):
+                _fail(row, f"the program does not load: {mod}")
+                continue
+            worker, why = self.timers[g.id]
+            if worker is None:
+                _fail(row, why)
+                continue
+            info = self.infos[worker]
+            dname = device_name(info, g.kind)
+            compiler = (info.get("nvrtc") if g.kind == "cuda" else info.get("cc"))
+            shapes = concrete_shapes(mod, g.shapes)
+            skey = space_key(mod.fingerprint(), shapes, g.target, dname, compiler, g.space(),
+                             self.reps, self.version)
+            row.update(worker=worker, device=dname, device_info=info, measurement=skey.hex,
+                       reps=self.reps)
+            row["_index"] = index_key(mod.fingerprint(), shapes, g.target, self.version)
+            row["_space"] = skey
+            stored = None if retune else self.db.measurement(skey)
+            if stored is not None and stored.get("status") == "ok":
+                row.update({k: v for k, v in stored.items()
+                            if k not in ("key", "fields", "format") and not k.startswith("_")})
+                row["reused"] = True
+                continue
+            pending.append((g, row))
+        return pending
+
+    def submit(self, pending: list[tuple[Group, dict[str, Any]]], outcomes: dict[str, Any],
+               seed: int, check: int) -> tuple[dict[Any, tuple[Group, dict[str, Any]]],
+                                               list[Any]]:
+        """One timing task per group with a compiled variant, on its timing worker;
+        (the futures, the compiled fragments they hold)."""
+        futures: dict[Any, tuple[Group, dict[str, Any]]] = {}
+        holds: list[Any] = []
+        for g, row in pending:
+            ok = self._compiled(g, row, outcomes)
+            if not ok:
+                _fail(row, "no variant compiled")
+                continue
+            items, held = self._fragments(ok)
+            holds.extend(held)
+            spec = {"kind": g.kind, "shapes": {str(i): list(s) for i, s in g.shapes.items()},
+                    "seed": seed, "reps": self.reps, "check": check,
+                    "variants": [v.id for v, _ in ok]}
+            futures[self._submit_group(g, row, spec, items)] = (g, row)
+        return futures, holds
+
+    @staticmethod
+    def _compiled(g: Group, row: dict[str, Any], outcomes: dict[str, Any]) -> list[Any]:
+        """The group's variants that compiled (the others' rows say why not)."""
         ok = []
         for v in g.variants:
             o = outcomes.get(v.id)
@@ -299,63 +350,73 @@ def tune(client: Any, variants: Sequence[Variant], *, store_url: str | None = No
                             or {"stage": "compile", "message": "not compiled"})
                 continue
             ok.append((v, o))
-        if not ok:
-            _fail(row, "no variant compiled")
-            continue
-        held: list[Any] = [Future(tuple(o.compile_task or ()), client=client) for _, o in ok]
-        holds.extend(held)
-        who = client.who_has(held)
+        return ok
+
+    def _fragments(self, ok: list[Any]) -> tuple[list[Any], list[Any]]:
+        """What the timing task reads per variant: the held compiled fragment, or (pins
+        released) where the store keeps it; and the futures that hold them."""
+        from distributed import Future
+
+        held: list[Any] = [Future(tuple(o.compile_task or ()), client=self.client)
+                           for _, o in ok]
+        who = self.client.who_has(held)
         items: list[Any] = []
         for f, (_, o) in zip(held, ok):
             if who.get(f.key):
                 items.append(f)
-            else:  # no longer held (released pins): the worker reads the store's copy
+            else:
                 ckey = next((r.key for r in o.receipts if r.stage == "compile"), "")
-                items.append({"store": store_url, "key": ckey})
-        spec = {"kind": g.kind, "shapes": {str(i): list(s) for i, s in g.shapes.items()},
-                "seed": seed, "reps": reps, "check": check,
-                "variants": [v.id for v, _ in ok]}
+                items.append({"store": self.store_url, "key": ckey})
+        return items, held
+
+    def _submit_group(self, g: Group, row: dict[str, Any], spec: dict[str, Any],
+                      items: list[Any]) -> Any:
+        from accy.tune.timing import time_group_task
+
         worker = row["worker"]
         kwargs: dict[str, Any] = {"workers": [worker], "allow_other_workers": False,
                                   "pure": False,
                                   "key": ("accy_tune", f"{row['measurement']}-"
                                                        f"{uuid.uuid4().hex[:8]}")}
         res = TIMER_RESOURCES[g.kind]
-        if (resources.get(worker) or {}).get(res, 0) > 0:
+        if (self.resources.get(worker) or {}).get(res, 0) > 0:
             kwargs["resources"] = {res: 1}
-        from accy.tune.timing import time_group_task
-
-        mod = modules[g.program]
+        mod = self.modules[g.program]
         assert not isinstance(mod, AccyError)
-        fut = client.submit(time_group_task, spec, mod.to_wire(), *items, **kwargs)
-        futures[fut] = (g, row)
+        return self.client.submit(time_group_task, spec, mod.to_wire(), *items, **kwargs)
 
-    for fut in as_completed(list(futures)):
-        g, row = futures[fut]
-        try:
-            timed = fut.result()
-        except Exception as e:  # noqa: BLE001 - the group's task failed as a whole
-            _fail(row, f"timing failed: {type(e).__name__}: {e}")
-        else:
-            _merge(g, row, timed)
-            if row["status"] == "ok":
-                db.put_measurement(row["_space"], _stored(row))
-        if on_group:
-            on_group(row)
-    del holds
+    def collect(self, futures: dict[Any, tuple[Group, dict[str, Any]]],
+                on_group: Callable[[dict[str, Any]], None] | None) -> None:
+        """Each group's timings as they finish: merged into its row, stored when ok."""
+        from distributed import as_completed
 
-    for g in groups:
-        row = rows[g.id]
-        if row["status"] == "ok" and row.get("_index") is not None:
-            db.record_winner(row["_index"], row["device"], {
-                "options": row["options"], "variant": row["winner"],
-                "median_s": row["winner_median_s"], "speedup": row["speedup"],
-                "tuned_at": row["tuned_at"], "measurement": row["measurement"]})
-        row.pop("_index", None)
-        row.pop("_space", None)
-        if row.get("reused") and on_group:
-            on_group(row)
-    return TuneResult([rows[g.id] for g in groups], batch, time.perf_counter() - t0)
+        for fut in as_completed(list(futures)):
+            g, row = futures[fut]
+            try:
+                timed = fut.result()
+            except Exception as e:  # noqa: BLE001 - the group's task failed as a whole
+                _fail(row, f"timing failed: {type(e).__name__}: {e}")
+            else:
+                _merge(g, row, timed)
+                if row["status"] == "ok":
+                    self.db.put_measurement(row["_space"], _stored(row))
+            if on_group:
+                on_group(row)
+
+    def record_winners(self, groups: list[Group],
+                       on_group: Callable[[dict[str, Any]], None] | None) -> None:
+        """The database's winner of every group that has one (for ``--tuned``)."""
+        for g in groups:
+            row = self.rows[g.id]
+            if row["status"] == "ok" and row.get("_index") is not None:
+                self.db.record_winner(row["_index"], row["device"], {
+                    "options": row["options"], "variant": row["winner"],
+                    "median_s": row["winner_median_s"], "speedup": row["speedup"],
+                    "tuned_at": row["tuned_at"], "measurement": row["measurement"]})
+            row.pop("_index", None)
+            row.pop("_space", None)
+            if row.get("reused") and on_group:
+                on_group(row)
 
 
 def _row(g: Group) -> dict[str, Any]:

@@ -23,6 +23,7 @@ stage's: it knows the block size.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from accy.choir.attributes import (
@@ -159,35 +160,15 @@ class PlanBuffers(Pass):
                 self.plan(ctx, func)
 
     def plan(self, ctx: PassContext, func: FuncOp) -> None:
-        block = func.body
-        ops = block.ops
-        buffers: list[Buffer] = []
-        buf_of: dict[Value, Buffer] = {}
-        results = {v: i for i, v in enumerate(func.return_op.operands)}
+        """Plan ``func``'s buffers: create them, find their last uses, place them in order."""
+        ops = func.body.ops
+        buffers, buf_of = _create_buffers(func)
 
         def root(b: Buffer) -> Buffer:
             while b.alias_of >= 0:
                 b = buffers[b.alias_of]
             return b
 
-        for i, a in enumerate(block.args):
-            b = Buffer(len(buffers), "arg", a.type, index=i)  # type: ignore[arg-type]
-            buffers.append(b)
-            buf_of[a] = b
-        for op in ops:
-            for r in op.results:
-                if op.op_name == "prim.reshape":
-                    continue
-                kind = "result" if r in results else "arena"
-                b = Buffer(len(buffers), kind, r.type, index=results.get(r, -1))  # type: ignore
-                buffers.append(b)
-                buf_of[r] = b
-            if op.op_name == "prim.reshape":
-                src = buf_of[op.operands[0]]
-                b = Buffer(len(buffers), "alias", op.results[0].type,  # type: ignore[arg-type]
-                           alias_of=src.id)
-                buffers.append(b)
-                buf_of[op.results[0]] = b
         # liveness: the last op index that reads each buffer (through aliases)
         for idx, op in enumerate(ops):
             for v in op.operands:
@@ -198,28 +179,7 @@ class PlanBuffers(Pass):
         live: list[Buffer] = []
         for idx, op in enumerate(ops):
             if isinstance(op, RegionOp):
-                donated: set[int] = set()
-                for r in op.results:
-                    b = buf_of[r]
-                    if b.kind != "arena":
-                        continue
-                    donor = self.donor(op, r, buf_of, root, idx, donated) if self.inplace \
-                        else None
-                    if donor is not None:
-                        b.offset, b.inplace_of = donor.offset, donor.id
-                        donated.add(donor.id)
-                        live.remove(donor)
-                        b.last_use = max(b.last_use, idx)
-                        live.append(b)
-                        ctx.stat("inplace")
-                        continue
-                    b.offset = arena.alloc(b.nbytes)
-                    live.append(b)
-                    ctx.stat("arena-buffers")
-                op.attributes["memory.inputs"] = DenseArrayAttr(
-                    tuple(buf_of[v].id for v in op.operands))
-                op.attributes["memory.outputs"] = DenseArrayAttr(
-                    tuple(buf_of[r].id for r in op.results))
+                self.place_outputs(ctx, op, idx, buf_of, root, arena, live)
             elif op.op_name == "prim.reshape":
                 op.attributes["memory.buffer"] = IntegerAttr(buf_of[op.results[0]].id)
             # free what dies here
@@ -233,6 +193,33 @@ class PlanBuffers(Pass):
                                                         for b in buffers])
         func.attributes["memory.arena_bytes"] = IntegerAttr(arena_size(buffers, self.alignment))
         ctx.stat("buffers", len(buffers))
+
+    def place_outputs(self, ctx: PassContext, region: RegionOp, idx: int,
+                      buf_of: dict[Value, Buffer], root: Callable[[Buffer], Buffer],
+                      arena: Arena, live: list[Buffer]) -> None:
+        """Place the region's arena outputs (in place over a donor, or in the arena); annotate it."""
+        donated: set[int] = set()
+        for r in region.results:
+            b = buf_of[r]
+            if b.kind != "arena":
+                continue
+            donor = self.donor(region, r, buf_of, root, idx, donated) if self.inplace \
+                else None
+            if donor is not None:
+                b.offset, b.inplace_of = donor.offset, donor.id
+                donated.add(donor.id)
+                live.remove(donor)
+                b.last_use = max(b.last_use, idx)
+                live.append(b)
+                ctx.stat("inplace")
+                continue
+            b.offset = arena.alloc(b.nbytes)
+            live.append(b)
+            ctx.stat("arena-buffers")
+        region.attributes["memory.inputs"] = DenseArrayAttr(
+            tuple(buf_of[v].id for v in region.operands))
+        region.attributes["memory.outputs"] = DenseArrayAttr(
+            tuple(buf_of[r].id for r in region.results))
 
     def donor(self, region: RegionOp, out: OpResult, buf_of: dict[Value, Buffer], root,  # type: ignore[no-untyped-def]
               idx: int, donated: set[int]) -> Buffer | None:
@@ -252,6 +239,33 @@ class PlanBuffers(Pass):
                 continue  # another input is a view of the same bytes
             return b
         return None
+
+
+def _create_buffers(func: FuncOp) -> tuple[list[Buffer], dict[Value, Buffer]]:
+    """One buffer per argument, op result and reshape view, in program order; value -> buffer."""
+    block = func.body
+    buffers: list[Buffer] = []
+    buf_of: dict[Value, Buffer] = {}
+    results = {v: i for i, v in enumerate(func.return_op.operands)}
+    for i, a in enumerate(block.args):
+        b = Buffer(len(buffers), "arg", a.type, index=i)  # type: ignore[arg-type]
+        buffers.append(b)
+        buf_of[a] = b
+    for op in block.ops:
+        for r in op.results:
+            if op.op_name == "prim.reshape":
+                continue
+            kind = "result" if r in results else "arena"
+            b = Buffer(len(buffers), kind, r.type, index=results.get(r, -1))  # type: ignore
+            buffers.append(b)
+            buf_of[r] = b
+        if op.op_name == "prim.reshape":
+            src = buf_of[op.operands[0]]
+            b = Buffer(len(buffers), "alias", op.results[0].type,  # type: ignore[arg-type]
+                       alias_of=src.id)
+            buffers.append(b)
+            buf_of[op.results[0]] = b
+    return buffers, buf_of
 
 
 def arena_size(buffers: list[Buffer], alignment: int) -> int:
