@@ -12,6 +12,9 @@ matmul with the epilogue applied in registers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from accy.choir.ir import Value
 from accy.dialects.kernel import KernelFuncOp
 from accy.target.common import (
@@ -228,157 +231,190 @@ def _shuffle_tree(kind: str, acc: str, ct: str) -> str:
             f"{acc} = {combine(kind, acc, 's', ct)}; }}")
 
 
-def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:  # noqa: C901 - split pending: being rewritten
-    ins, outs, params = _params(k)
-    plan = k.plan
-    shape = plan.iteration
-    rows, cols = plan.rows, plan.cols
-    vec = plan.vector_width
-    items = plan.items
-    warp = plan.mapping == "warp-per-row"
-    rpb = plan.rows_per_block
-    tpr = 32 if warp else plan.block[0]
-    cached = set(plan.cached_inputs)
-    lines: list[str] = []
-    head = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
-            f"{k.sym_name}({', '.join(params)}) {{"]
-    if warp:
-        head += [f"  const long long row = (long long)blockIdx.x * {rpb} + (threadIdx.x >> 5);",
-                 "  const int t = threadIdx.x & 31;",
-                 f"  if (row >= {rows}LL) return;"]
-    else:
-        head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
-                 "  __shared__ double accy_sh[32];"]
-    pre, rnames = decompose("row", shape[:-1], "r") if len(shape) > 1 else ([], ())
-    head += ["  " + p for p in pre]
-    col = f"c+{LANE}" if vec > 1 else "c"
-    ident = tuple(rnames) + (col,)
-    # registers for cached inputs
-    regs: dict[int, str] = {}
-    outer = Scope(lines)
-    scope_ref = [outer]
-    vz = _Vectorizer([], vec, scope_ref)
+def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """A row kernel: a block (or a warp) per row, the row's inputs cached in registers
+    where the plan says, each reduction a column loop and a shuffle tree, then the
+    full-width outputs and the per-row ones."""
+    return _RowEmitter(k, fast_math).emit()
 
-    def hook(kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
-        if kidx in regs and idx == ident:
-            if vec > 1 and elem_of(k.body.args[kidx]) != "f32":
-                return f"{regs[kidx]}[j][{lane}]"
-            return f"{regs[kidx]}[j]" if vec == 1 else f"{regs[kidx]}[j].{LANES[lane]}"
-        return vz(kidx, idx, lane)
 
-    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, load_hook=hook, fast_math=fast_math)
-    vz.b.append(b)
-    vz.args = list(k.body.args)
+class _RowEmitter:
+    """The pieces of one row kernel, emitted in order (:func:`emit_rows`)."""
 
-    def column_loop(emit_lanes) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, k: KernelFuncOp, fast_math: bool) -> None:
+        self.k = k
+        self.ins, self.outs, params = _params(k)
+        plan = k.plan
+        self.shape = plan.iteration
+        self.rows, self.cols = plan.rows, plan.cols
+        self.vec = plan.vector_width
+        self.items = plan.items
+        self.warp = plan.mapping == "warp-per-row"
+        self.tpr = 32 if self.warp else plan.block[0]
+        self.cached = set(plan.cached_inputs)
+        self.lines: list[str] = []
+        self.head = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
+                     f"{k.sym_name}({', '.join(params)}) {{"]
+        if self.warp:
+            self.head += [f"  const long long row = (long long)blockIdx.x * "
+                          f"{plan.rows_per_block} + (threadIdx.x >> 5);",
+                          "  const int t = threadIdx.x & 31;",
+                          f"  if (row >= {self.rows}LL) return;"]
+        else:
+            self.head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
+                          "  __shared__ double accy_sh[32];"]
+        pre, self.rnames = decompose("row", self.shape[:-1], "r") if len(self.shape) > 1 \
+            else ([], ())
+        self.head += ["  " + p for p in pre]
+        col = f"c+{LANE}" if self.vec > 1 else "c"
+        self.ident = tuple(self.rnames) + (col,)
+        self.regs: dict[int, str] = {}
+        """Cached input → its register array."""
+        self.outer = Scope(self.lines)
+        self.scope_ref = [self.outer]
+        self.vz = _Vectorizer([], self.vec, self.scope_ref)
+        self.b = ExprBuilder(self.ins, cuda=True, prefix=k.sym_name, load_hook=self._hook,
+                             fast_math=fast_math)
+        self.vz.b.append(self.b)
+        self.vz.args = list(k.body.args)
+
+    def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
+        """Loads of a cached input at this thread's element read its registers."""
+        if kidx in self.regs and idx == self.ident:
+            name = self.regs[kidx]
+            if self.vec > 1 and elem_of(self.k.body.args[kidx]) != "f32":
+                return f"{name}[j][{lane}]"
+            return f"{name}[j]" if self.vec == 1 else f"{name}[j].{LANES[lane]}"
+        return self.vz(kidx, idx, lane)
+
+    def emit(self) -> tuple[str, list[str]]:
+        self.declare_registers()
+        if self.regs:
+            self.column_loop(self.load_registers)
+        self.reductions()
+        self.outputs()
+        text = "\n".join(self.head + ["  " + line for line in self.lines] + ["}"])
+        return text, self.b.tables
+
+    def column_loop(self, emit_lanes: Callable[[Scope], None]) -> None:
+        """``for j in items``: this thread's columns of the row (guarded when ragged)."""
+        lines = self.lines
         lines.append("#pragma unroll")
-        lines.append(f"for (int j = 0; j < {items}; ++j) {{")
-        lines.append(f"  const int c = (j * {tpr} + t) * {vec};")
-        guard = cols % (tpr * vec) != 0
+        lines.append(f"for (int j = 0; j < {self.items}; ++j) {{")
+        lines.append(f"  const int c = (j * {self.tpr} + t) * {self.vec};")
+        guard = self.cols % (self.tpr * self.vec) != 0
         if guard:
-            lines.append(f"  if (c < {cols}) {{")
-        inner = Scope([], parent=outer)
-        scope_ref[0] = inner
-        vz.loaded = {}
+            lines.append(f"  if (c < {self.cols}) {{")
+        inner = Scope([], parent=self.outer)
+        self.scope_ref[0] = inner
+        self.vz.loaded = {}
         emit_lanes(inner)
-        scope_ref[0] = outer
+        self.scope_ref[0] = self.outer
         pad = "    " if guard else "  "
         lines.extend(pad + s for s in inner.lines)
         if guard:
             lines.append("  }")
         lines.append("}")
 
-    for kidx in sorted(cached):
-        arg = k.body.args[kidx]
-        name = f"reg{kidx}"
-        regs[kidx] = name
-        if vec > 1 and elem_of(arg) != "f32":  # halves: held as floats
-            lines.append(f"float {name}[{items}][{vec}];")
-        elif vec > 1:
-            lines.append(f"float{vec} {name}[{items}];")
-        else:
-            lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{items}];")
+    def declare_registers(self) -> None:
+        """One register array per cached input (halves held as floats)."""
+        for kidx in sorted(self.cached):
+            arg = self.k.body.args[kidx]
+            name = f"reg{kidx}"
+            self.regs[kidx] = name
+            if self.vec > 1 and elem_of(arg) != "f32":
+                self.lines.append(f"float {name}[{self.items}][{self.vec}];")
+            elif self.vec > 1:
+                self.lines.append(f"float{self.vec} {name}[{self.items}];")
+            else:
+                self.lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{self.items}];")
 
-    if regs:
-        def load_regs(inner: Scope) -> None:
-            for kidx, name in regs.items():
-                arg = k.body.args[kidx]
-                off = b.offset(shape_of(arg), tuple(rnames) + ("c",), 0)
-                if vec > 1 and elem_of(arg) != "f32":
-                    w = b.fresh("w")
-                    inner.lines.extend(half_load(w, f"{ins[kidx]} + ({off})", vec,
-                                                 elem_of(arg)))
-                    inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};"
-                                       for lane in range(vec))
-                elif vec > 1:
-                    inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
-                                       f"({ins[kidx]} + ({off})));")
-                else:
-                    inner.lines.append(f"{name}[j] = {load_convert(f'{ins[kidx]}[{off}]', elem_of(arg))};")
-        column_loop(load_regs)
+    def load_registers(self, inner: Scope) -> None:
+        """The cached inputs' elements of this thread, read once."""
+        vec, b = self.vec, self.b
+        for kidx, name in self.regs.items():
+            arg = self.k.body.args[kidx]
+            off = b.offset(shape_of(arg), tuple(self.rnames) + ("c",), 0)
+            src = self.ins[kidx]
+            if vec > 1 and elem_of(arg) != "f32":
+                w = b.fresh("w")
+                inner.lines.extend(half_load(w, f"{src} + ({off})", vec, elem_of(arg)))
+                inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(vec))
+            elif vec > 1:
+                inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
+                                   f"({src} + ({off})));")
+            else:
+                inner.lines.append(f"{name}[j] = {load_convert(f'{src}[{off}]', elem_of(arg))};")
 
-    for op in k.body.ops:
-        if op.op_name != "prim.reduce":
-            continue
-        kind = op.attr("kind").value  # type: ignore[union-attr]
-        el = elem_of(op.results[0])
-        ct = COMPUTE[el]
-        acc = b.fresh("acc")
-        lines.append(f"{ct} {acc} = {reduce_init(kind, el)};")
+    def reductions(self) -> None:
+        """Each row reduction: a column loop into an accumulator, a warp shuffle tree,
+        then (block per row) across warps through shared memory."""
+        b, lines = self.b, self.lines
+        for op in self.k.body.ops:
+            if op.op_name != "prim.reduce":
+                continue
+            kind = op.attr("kind").value  # type: ignore[union-attr]
+            el = elem_of(op.results[0])
+            ct = COMPUTE[el]
+            acc = b.fresh("acc")
+            lines.append(f"{ct} {acc} = {reduce_init(kind, el)};")
 
-        def accumulate(inner: Scope, op=op, acc=acc, kind=kind, ct=ct) -> None:  # type: ignore[no-untyped-def]
-            for lane in range(vec):
-                val = b.expr(op.operands[0], ident, inner, lane)
-                inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
-        column_loop(accumulate)
-        # warp tree, then across warps through shared memory
-        lines.append(_shuffle_tree(kind, acc, ct))
-        if not warp:
-            nw = tpr // 32
-            lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};", "__syncthreads();",
-                      f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : {reduce_init(kind, el)};",
-                      _shuffle_tree(kind, acc, ct),
-                      "__syncthreads();"]
-        if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
-            name = b.fresh("red")
-            lines.append(f"const {ct} {name} = {round_compute(acc, el)};")
-            b.bound[op.results[0]] = name
-        else:
-            b.bound[op.results[0]] = acc
+            def accumulate(inner: Scope, op: Any = op, acc: str = acc, kind: str = kind,
+                           ct: str = ct) -> None:
+                for lane in range(self.vec):
+                    val = b.expr(op.operands[0], self.ident, inner, lane)
+                    inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
+            self.column_loop(accumulate)
+            lines.append(_shuffle_tree(kind, acc, ct))
+            if not self.warp:
+                nw = self.tpr // 32
+                lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};",
+                          "__syncthreads();",
+                          f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : "
+                          f"{reduce_init(kind, el)};",
+                          _shuffle_tree(kind, acc, ct),
+                          "__syncthreads();"]
+            if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
+                name = b.fresh("red")
+                lines.append(f"const {ct} {name} = {round_compute(acc, el)};")
+                b.bound[op.results[0]] = name
+            else:
+                b.bound[op.results[0]] = acc
 
-    yields = k.body.terminator.operands  # type: ignore[union-attr]
-    full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == shape]
-    reduced = [(i, v) for i, v in enumerate(yields) if shape_of(v) != shape]
+    def outputs(self) -> None:
+        """The full-width outputs (a column loop), then the per-row ones (thread 0)."""
+        yields = self.k.body.terminator.operands  # type: ignore[union-attr]
+        full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == self.shape]
+        reduced = [(i, v) for i, v in enumerate(yields) if shape_of(v) != self.shape]
+        if full:
+            self.column_loop(lambda inner: self._write_full(inner, full))
+        if reduced:
+            red_scope = Scope([], parent=self.outer)
+            ridx = tuple(self.rnames) + ("0",)
+            stores = []
+            for oi, v in reduced:
+                val = self.b.expr(v, ridx, red_scope, 0)
+                stores.append(f"{self.outs[oi]}[row] = {store_convert(val, elem_of(v))};")
+            self.lines.append("if (t == 0) {")
+            self.lines.extend("  " + s for s in red_scope.lines + stores)
+            self.lines.append("}")
 
-    if full:
-        def write(inner: Scope) -> None:
-            # every value first, then the stores: an output may be written in place
-            # over an input that a later output still reads at this element
-            computed = [(oi, v, [b.expr(v, ident, inner, lane) for lane in range(vec)])
-                        for oi, v in full]
-            for oi, v, vals in computed:
-                el = elem_of(v)
-                if vec > 1 and el != "f32":
-                    inner.lines.append(half_store(f"{outs[oi]} + row * {cols} + c", vals, el))
-                elif vec > 1:
-                    inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
-                                       f"{cols} + c) = make_float{vec}({', '.join(vals)});")
-                else:
-                    inner.lines.append(f"{outs[oi]}[row * {cols} + c] = "
-                                       f"{store_convert(vals[0], el)};")
-        column_loop(write)
-    if reduced:
-        red_scope = Scope([], parent=outer)
-        ridx = tuple(rnames) + ("0",)
-        stores = []
-        for oi, v in reduced:
-            val = b.expr(v, ridx, red_scope, 0)
-            stores.append(f"{outs[oi]}[row] = {store_convert(val, elem_of(v))};")
-        lines.append("if (t == 0) {")
-        lines.extend("  " + s for s in red_scope.lines + stores)
-        lines.append("}")
-    text = "\n".join(head + ["  " + line for line in lines] + ["}"])
-    return text, b.tables
+    def _write_full(self, inner: Scope, full: list[tuple[int, Any]]) -> None:
+        # every value first, then the stores: an output may be written in place over
+        # an input that a later output still reads at this element
+        vec, cols, outs = self.vec, self.cols, self.outs
+        computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
+                    for oi, v in full]
+        for oi, v, vals in computed:
+            el = elem_of(v)
+            if vec > 1 and el != "f32":
+                inner.lines.append(half_store(f"{outs[oi]} + row * {cols} + c", vals, el))
+            elif vec > 1:
+                inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
+                                   f"{cols} + c) = make_float{vec}({', '.join(vals)});")
+            else:
+                inner.lines.append(f"{outs[oi]}[row * {cols} + c] = "
+                                   f"{store_convert(vals[0], el)};")
 
 
 def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
