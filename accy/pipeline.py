@@ -38,6 +38,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,12 +87,9 @@ class Stage:
 
     @property
     def version(self) -> str:
-        """``MANUAL-hash``: the manual number and the source of its code's import closure."""
-        roots = DRIVER + self.dialects + self.implementation
-        if self.name in PREPARATION_NAMES:
-            roots += ("accy.preparation.recipe",) + function_imports(
-                "accy.preparation.recipe", self.name)
-        return f"{self.manual}-{code_version(tuple(sorted(set(roots))))}"
+        """``MANUAL-hash``: the manual number and the source of its code's import closure
+        (computed once per process)."""
+        return _version(self)
 
     def reads(self, options: RunOptions, shapes: Shapes | None = None) -> dict[str, Any]:
         """Every option this stage's key reads (the shapes for contract).
@@ -150,6 +148,15 @@ class Stage:
         product = self.product(module, {"source": request.source, "variant": request.variant})
         plan = plan_fingerprint(self.name, product) if self.plans else None
         return StageResult(self.name, key, product, elapsed, result.stats, result.pass_ns, plan)
+
+
+@functools.cache
+def _version(stage: Stage) -> str:
+    roots = DRIVER + stage.dialects + stage.implementation
+    if stage.name in PREPARATION_NAMES:
+        roots += ("accy.preparation.recipe",) + function_imports("accy.preparation.recipe",
+                                                                 stage.name)
+    return f"{stage.manual}-{code_version(tuple(sorted(set(roots))))}"
 
 
 PREPARATION: tuple[Stage, ...] = (

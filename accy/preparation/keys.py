@@ -23,6 +23,7 @@ import ast
 import functools
 import hashlib
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,17 +69,33 @@ def _import_time_nodes(nodes: list[ast.stmt]) -> list[ast.AST]:
         if isinstance(node, ast.ClassDef):
             out.extend(_import_time_nodes(node.body))
             continue
-        out.extend(ast.walk(node))
+        out.extend(_statements([node]))
     return out
 
 
-def _imports(name: str, path: Path, top_level_only: bool = False) -> set[str]:
+@functools.cache
+def _imports(name: str, path: Path, top_level_only: bool = False) -> frozenset[str]:
     """Every ``accy`` module that ``name``'s source imports, with their parent packages:
     anywhere in the file (deferred imports inside functions included), or only what
     runs at import time."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    nodes = _import_time_nodes(tree.body) if top_level_only else list(ast.walk(tree))
-    return _imported_modules(name, path, nodes)
+    nodes = _import_time_nodes(tree.body) if top_level_only else _statements(tree.body)
+    return frozenset(_imported_modules(name, path, nodes))
+
+
+def _statements(body: list[ast.stmt]) -> list[ast.AST]:
+    """Every statement in ``body`` and the statement blocks nested in it (an import is
+    a statement: expressions need not be walked)."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = list(reversed(body))
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            child = getattr(node, field, None)
+            if isinstance(child, list):
+                todo.extend(reversed([c for c in child if isinstance(c, ast.AST)]))
+    return out
 
 
 def function_imports(module: str, function: str) -> tuple[str, ...]:
@@ -88,13 +105,19 @@ def function_imports(module: str, function: str) -> tuple[str, ...]:
     ...                                                      "kernel")
     True
     """
+    with _SCAN_LOCK:
+        return _function_imports(module, function)
+
+
+@functools.cache
+def _function_imports(module: str, function: str) -> tuple[str, ...]:
     path = _module_path(module)
     if path is None:
         raise ValueError(f"no such accy module: {module}")
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == function:
-            return tuple(sorted(_imported_modules(module, path, list(ast.walk(node)))))
+            return tuple(sorted(_imported_modules(module, path, _statements([node]))))
     raise ValueError(f"{module} has no function {function!r}")
 
 
@@ -153,9 +176,20 @@ def import_closure(roots: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
-@functools.cache
+_SCAN_LOCK = threading.Lock()
+"""``ast.parse`` is not safe to run from several threads at once in CPython 3.11
+(``SystemError: AST constructor recursion depth mismatch``): versions are computed
+under one lock, once per process."""
+
+
 def code_version(roots: tuple[str, ...]) -> str:
     """A short hash of the source of every module in ``import_closure(roots)``."""
+    with _SCAN_LOCK:
+        return _code_version(roots)
+
+
+@functools.cache
+def _code_version(roots: tuple[str, ...]) -> str:
     h = hashlib.blake2b(digest_size=8)
     for name in import_closure(roots):
         path = _module_path(name)
