@@ -1,10 +1,10 @@
-"""Run N random programs through the host compiler against the NumPy oracle; print JSON.
+"""Run N random programs through the compiler (host, or a GPU) against the NumPy oracle; print JSON.
 
 The generator and the oracle are those of ``tests/test_differential.py``.
 
 Usage::
 
-    PYTHONPATH=. python3 benchmarks/differential.py [-n 2000] [--seed S] [--examples 5]
+    PYTHONPATH=. python3 benchmarks/differential.py [-n 2000] [--seed S] [--examples 5] [--target cuda:sm_90]
 
 prints ``{"programs": N, "wrong": W, "seed": S, "seconds": T, "examples": [...]}``;
 each example is a minimised reproducer (program text, inputs, options).
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--programs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=None, help="default: today's date")
     parser.add_argument("--examples", type=int, default=5, help="reproducers to print")
+    parser.add_argument("--target", default="host", help="host (cc) or cuda:sm_XX (a GPU)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -50,12 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         for k in range(args.programs):
             case = td.generate(np.random.default_rng([seed, k]))
-            problems = td.run_case(case, seed + k)
+            problems = td.run_case(case, seed + k, args.target)
             if problems:
                 wrong += 1
                 if len(examples) < args.examples:
                     examples.append({"program": k, "problems": problems})
-    print(json.dumps({"programs": args.programs, "wrong": wrong, "seed": seed,
+    print(json.dumps({"programs": args.programs, "target": args.target, "wrong": wrong,
+                      "seed": seed,
                       "seconds": round(time.monotonic() - start, 1), "examples": examples},
                      indent=1))
     return 1 if wrong else 0

@@ -515,10 +515,11 @@ def minimise(case: Case, got: list[np.ndarray]) -> Case:
     return case
 
 
-def run_case(case: Case, seed: int) -> list[str]:
-    """Compile and run ``case``; the problems found (with a reproducer), or []."""
+def run_case(case: Case, seed: int, target: str = "host") -> list[str]:
+    """Compile and run ``case`` for ``target``; the problems found (with a reproducer),
+    or []."""
     try:
-        got = compile_and_run(case)
+        got = compile_and_run(case, target)
     except Exception as e:  # a crash is a finding too
         return [f"{type(e).__name__}: {e}\n{describe(case)}"]
     problems = compare(case, got, seed)
