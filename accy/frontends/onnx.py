@@ -51,7 +51,8 @@ from accy.choir.location import UNKNOWN, Location
 from accy.errors import AccyError, FrontendError
 from accy.preparation.products import SemanticModule
 
-ELEMENTS = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i64", 9: "i1"}
+ELEMENTS = {1: "f32", 10: "f16", 16: "bf16", 11: "f64", 3: "i8", 5: "i16", 6: "i32",
+            7: "i64", 9: "i1"}
 """ONNX ``TensorProto.DataType`` → the semantic element types (SEMANTIC.md)."""
 
 T = Any
@@ -190,13 +191,20 @@ class _Importer:
         self.env: dict[str, T] = {}
         self.loc: Location = UNKNOWN
         self.node: _Node | None = None
+        self.outer: list[tuple[_Node, int]] = []
+        """The nodes whose function bodies are being imported, with their opsets."""
         self.p = _Program(self)
 
     # -- errors
     def where(self) -> str:
         if self.node is None:
             return f"ONNX graph '{self.graph.name}' (opset {self.opset})"
-        return f"ONNX node '{self.node.name}' ({self.node.op_type}, opset {self.opset})"
+        here = f"ONNX node '{self.node.name}' ({self.node.op_type}, opset {self.opset})"
+        if self.outer:
+            outer, opset = self.outer[0]
+            return f"ONNX node '{outer.name}' ({outer.op_type}, opset {opset}), in its " \
+                f"function body: {here.removeprefix('ONNX ')}"
+        return here
 
     def error(self, message: str) -> FrontendError:
         return FrontendError(f"{self.where()}: {message}", self.loc)
@@ -229,33 +237,7 @@ class _Importer:
                 raise self.unsupported(f"op '{node.op_type}' of domain '{proto.domain}'")
             if self.opset == 0:
                 raise self.error("the model imports no default-domain ('ai.onnx') opset")
-            handler = OPS.get(node.op_type)
-            if handler is None:
-                raise self.unsupported(f"op '{node.op_type}' "
-                                       f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
-            ins: list[Any] = []
-            for name in proto.input:
-                if not name:
-                    ins.append(None)
-                elif name not in self.env:
-                    raise self.error(f"uses '{name}', which no earlier node or input defines")
-                else:
-                    ins.append(self.env[name])
-            try:
-                outs = handler(self, node, ins)
-            except AccyError:
-                raise
-            except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
-                    OverflowError) as e:
-                raise self.error(f"internal error: {type(e).__name__}: {e}") from None
-            for k, name in enumerate(node.outputs):
-                if not name:
-                    continue
-                if k < len(outs) and outs[k] is not None:
-                    out = outs[k]
-                    self.env[name] = np.asarray(out) if isinstance(out, np.generic) else out
-                elif name in consumed:
-                    raise self.unsupported(f"output {k} ('{name}') of {node.op_type}")
+            self.import_node(node, consumed)
         self.node = None
         self.loc = UNKNOWN
         results = []
@@ -273,6 +255,78 @@ class _Importer:
         sm.meta.update({"source": self.file, "onnx_arguments": arguments,
                         "onnx_opset": self.opset})
         return sm
+
+    def import_node(self, node: _Node, consumed: set[str]) -> None:
+        """Bind ``node``'s outputs in ``env``: its handler's, or its function body's."""
+        handler = OPS.get(node.op_type)
+        if handler is None:
+            self.expand(node)
+            return
+        ins: list[Any] = []
+        for name in node.proto.input:
+            if not name:
+                ins.append(None)
+            elif name not in self.env:
+                raise self.error(f"uses '{name}', which no earlier node or input defines")
+            else:
+                ins.append(self.env[name])
+        try:
+            outs = handler(self, node, ins)
+        except AccyError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
+                OverflowError) as e:
+            raise self.error(f"internal error: {type(e).__name__}: {e}") from None
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if k < len(outs) and outs[k] is not None:
+                out = outs[k]
+                self.env[name] = np.asarray(out) if isinstance(out, np.generic) else out
+            elif name in consumed:
+                raise self.unsupported(f"output {k} ('{name}') of {node.op_type}")
+
+    def expand(self, node: _Node) -> None:
+        """Import a node with no handler as its schema's function body (onnx_functions)."""
+        from accy.frontends.onnx_functions import function_body
+
+        types = [self.type_proto(n) for n in node.proto.input]
+        body = None if len(self.outer) > 8 else function_body(node.proto, self.opset, types)
+        if body is None:
+            raise self.unsupported(f"op '{node.op_type}' "
+                                   f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
+        nodes, opset = body
+        consumed = {i for n in nodes for i in n.input} | set(node.outputs)
+        outer_opset = self.opset
+        self.outer.append((node, outer_opset))
+        try:
+            self.opset = opset
+            for index, proto in enumerate(nodes):
+                if proto.domain not in ("", "ai.onnx"):
+                    self.node = _Node(proto, index)
+                    raise self.unsupported(f"op '{proto.op_type}' of domain '{proto.domain}'")
+                self.node = _Node(proto, index)
+                self.import_node(self.node, consumed)
+        finally:
+            self.outer.pop()
+            self.opset = outer_opset
+        self.node = node
+        for name in node.outputs:
+            if name and name not in self.env:
+                raise self.unsupported(f"output '{name}' of {node.op_type}'s function body")
+
+    def type_proto(self, name: str) -> Any:
+        """The ONNX type of a tensor in ``env`` (what context-dependent functions read)."""
+        onnx = _onnx()
+        if not name or name not in self.env:
+            return onnx.TypeProto()
+        x = self.env[name]
+        el = self.el(x)
+        code = next((c for c, e in ELEMENTS.items() if e == el), None)
+        if code is None:
+            return onnx.TypeProto()
+        return onnx.helper.make_tensor_type_proto(code, [d if d is not None else "?"
+                                                         for d in self.shape(x)])
 
     def input_type(self, vi: Any) -> TensorType:
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
@@ -390,7 +444,7 @@ class _Importer:
         return self.value(a), self.value(b)
 
     def check_float(self, x: T, what: str = "") -> None:
-        if self.el(x) not in ("f32", "f16", "bf16", "float64"):
+        if self.el(x) not in ("f32", "f16", "bf16", "f64"):
             raise self.unsupported(f"{what or 'the op'} on {self.el(x)} tensors")
 
     # -- ops (constants fold with NumPy)
@@ -718,7 +772,7 @@ def _trig(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 def _mod(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     a, b = ins
     fmod = int(n.get("fmod", 0))
-    if imp.el(a) in ("f32", "f16", "bf16", "float64"):
+    if imp.el(a) in ("f32", "f16", "bf16", "f64"):
         if not fmod:
             raise imp.error("Mod of floating-point tensors needs fmod=1")
         q = imp.binary("div", a, b)
@@ -1292,7 +1346,6 @@ UNSUPPORTED = {
     "Atan": "needs an inverse trigonometric semantic op",
     "Einsum": "needs general contractions (einsum) beyond matmul",
     "Det": "needs a determinant semantic op",
-    "Attention": "needs slice/concat for its cache inputs; the plain form is a follow-up",
 }
 
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {

@@ -173,11 +173,14 @@ def store_convert(val: str, el: str) -> str:
 
 
 def round_compute(val: str, el: str) -> str:
-    """Round a computed float to its element type (f16/bf16 store precision)."""
+    """Round a computed value to its element type: f16/bf16 store precision; i8/i16
+    wrap (they compute in ``int``, as the reference wraps every narrow result)."""
     if el == "f16":
         return f"accy_h2f(accy_f2h({val}))"
     if el == "bf16":
         return f"accy_bf2f(accy_f2bf({val}))"
+    if el in ("i8", "i16"):
+        return f"((int)({STORAGE[el]})({val}))"
     return val
 
 
@@ -335,7 +338,7 @@ class ExprBuilder:
         text = table[name].format(*args, t=t)
         if el == "i1":
             text = f"((int)(({text}) != 0))"
-        return text
+        return round_compute(text, el)
 
     def cast(self, x: str, src: str, dst: str) -> str:
         if src == dst:
@@ -353,7 +356,7 @@ class ExprBuilder:
             lo, hi = _int_range(dst)
             return (f"(({x}) != ({x}) ? ({ct})0 : (({x}) <= (double){lo} ? ({ct}){lo} : "
                     f"(({x}) >= (double){hi} ? ({ct}){hi} : ({ct})({x}))))")
-        return f"({ct})({x})"
+        return round_compute(f"({ct})({x})", dst)
 
     def constant(self, op: Operation, idx: tuple[str, ...], lane: int) -> str:
         value = op.attr("value")
