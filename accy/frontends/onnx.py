@@ -40,8 +40,11 @@ import numpy as np
 
 from accy.builder import Program
 from accy.choir.attributes import (
+    DenseArrayAttr,
     DenseElementsAttr,
+    IntegerAttr,
     ScalarType,
+    StringAttr,
     TensorType,
     numpy_dtype,
     scalar_type_of,
@@ -1098,26 +1101,69 @@ def _size(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 @_op("Concat")
 def _concat(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     xs = [x for x in ins if x is not None]
-    if not all(_is_const(x) for x in xs):
-        raise imp.unsupported("Concat of runtime tensors (needs a concat semantic op)")
-    return [np.concatenate(xs, axis=int(n.get("axis", 0)))]
+    if not xs:
+        raise imp.error("needs at least one input")
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(xs[0]))[0]
+    if all(_is_const(x) for x in xs):
+        return [np.concatenate(xs, axis=axis)]
+    el = next(imp.el(x) for x in xs if not _is_const(x))
+    vs = [imp.value(x, el) for x in xs if imp.shape(x)[axis] != 0]
+    if len(vs) == 1:
+        return [vs[0]]
+    return [imp.p.op("concat", vs, {"axis": IntegerAttr(axis)})]
+
+
+def _ints_attr(values: Sequence[int]) -> DenseArrayAttr:
+    return DenseArrayAttr(tuple(int(v) for v in values))
+
+
+def _static(imp: _Importer, x: T, what: str) -> tuple[int, ...]:
+    s = imp.shape(x)
+    if None in s:
+        raise imp.unsupported(f"{what} of a tensor with unknown dims (bind the input shapes)")
+    return tuple(int(d) for d in s)  # type: ignore[arg-type]
+
+
+def _slice_value(imp: _Importer, x: T, starts: Sequence[int], sizes: Sequence[int],
+                 steps: Sequence[int]) -> T:
+    """``x`` sliced per dim (``starts``, ``sizes``, ``steps`` already clamped)."""
+    shape = imp.shape(x)
+    if list(starts) == [0] * len(shape) and all(st == 1 for st in steps) and \
+            tuple(sizes) == shape:
+        return x
+    if _is_const(x):
+        index = tuple(st + sp * np.arange(sz) for st, sz, sp in zip(starts, sizes, steps))
+        return np.array(x[np.ix_(*index)]) if x.ndim else x
+    return imp.p.op("slice", [x], {"starts": _ints_attr(starts), "sizes": _ints_attr(sizes),
+                                   "steps": _ints_attr(steps)})
 
 
 @_op("Gather")
 def _gather(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     data, idx = ins
-    if not (_is_const(data) and _is_const(idx)):
-        raise imp.unsupported("Gather of runtime tensors (needs a gather semantic op)")
-    axis = int(n.get("axis", 0))
-    dim = data.shape[axis]
-    return [np.take(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(data))[0]
+    if _is_const(data) and _is_const(idx):
+        dim = data.shape[axis]
+        return [np.take(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    if imp.el(idx) not in ("i32", "i64", "i8", "i16"):
+        raise imp.unsupported(f"Gather with {imp.el(idx)} indices")
+    return [imp.p.op("gather", [imp.value(data), imp.value(idx)], {"axis": IntegerAttr(axis)})]
+
+
+@_op("GatherElements")
+def _gather_elements(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    data, idx = ins
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(data))[0]
+    if _is_const(data) and _is_const(idx):
+        dim = data.shape[axis]
+        return [np.take_along_axis(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    return [imp.p.op("gather_elements", [imp.value(data), imp.value(idx)],
+                     {"axis": IntegerAttr(axis)})]
 
 
 @_op("Slice")
 def _slice(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     data = ins[0]
-    if not _is_const(data):
-        raise imp.unsupported("Slice of a runtime tensor (needs a slice semantic op)")
     if imp.opset < 10:
         starts, ends = n.get("starts"), n.get("ends")
         axes, steps = n.get("axes"), None
@@ -1128,13 +1174,98 @@ def _slice(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
             else None
         steps = imp.const(ins[4], "'steps'").tolist() if len(ins) > 4 and ins[4] is not None \
             else None
-    r = data.ndim
-    axes = list(range(len(starts))) if axes is None else [int(a) % r for a in axes]
+    shape = _static(imp, data, "Slice")
+    r = len(shape)
+    axes = list(range(len(starts))) if axes is None else imp.norm_axes(axes, r)
     steps = [1] * len(starts) if steps is None else steps
-    index = [slice(None)] * r
-    for a, s, e, st in zip(axes, starts, ends, steps):
-        index[a] = slice(int(s), int(e), int(st))
-    return [np.array(data[tuple(index)])]
+    first, sizes, step = [0] * r, list(shape), [1] * r
+    for a, st, e, sp in zip(axes, starts, ends, steps):
+        sp = int(sp)
+        if sp == 0:
+            raise imp.error("Slice steps must be nonzero")
+        rng = range(shape[a])[slice(int(st), int(e), sp)]
+        first[a], sizes[a], step[a] = (rng.start if len(rng) else 0), len(rng), sp
+    return [_slice_value(imp, data, first, sizes, step)]
+
+
+@_op("Split")
+def _split(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, "Split")
+    axis = imp.norm_axes([int(n.get("axis", 0))], len(shape))[0]
+    dim = shape[axis]
+    if imp.opset < 13:
+        split = n.get("split")
+    else:
+        split = imp.const(ins[1], "'split'").tolist() if len(ins) > 1 and ins[1] is not None \
+            else None
+    if split is None:
+        parts = int(n.get("num_outputs", len(n.outputs)))
+        chunk = -(-dim // parts)
+        split = [min(chunk, dim - k * chunk) for k in range(parts)]
+    if sum(int(s) for s in split) != dim or any(int(s) < 0 for s in split):
+        raise imp.error(f"split {list(split)} does not sum to dim {dim}")
+    outs, off = [], 0
+    for size in split:
+        first = [0] * len(shape)
+        sizes = list(shape)
+        first[axis], sizes[axis] = off, int(size)
+        outs.append(_slice_value(imp, x, first, sizes, [1] * len(shape)))
+        off += int(size)
+    return outs
+
+
+@_op("Pad")
+def _pad(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, "Pad")
+    r = len(shape)
+    mode = n.get("mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise imp.error(f"Pad mode '{mode}' is not constant, edge, reflect or wrap")
+    if imp.opset < 11:
+        pads = [int(p) for p in n.get("pads", n.get("paddings", []))]
+        value: T = imp.scalar(float(n.get("value", 0.0)), x)
+        axes = list(range(r))
+    else:
+        pads = [int(p) for p in imp.const(ins[1], "'pads'").reshape(-1)]
+        value = ins[2] if len(ins) > 2 and ins[2] is not None else imp.scalar(0, x)
+        axes = imp.norm_axes(imp.const(ins[3], "'axes'").reshape(-1).tolist(), r) \
+            if len(ins) > 3 and ins[3] is not None else list(range(r))
+    if len(pads) != 2 * len(axes):
+        raise imp.error(f"pads {pads} need two values per axis ({len(axes)} axes)")
+    low, high = [0] * r, [0] * r
+    for k, a in enumerate(axes):
+        low[a], high[a] = pads[k], pads[k + len(axes)]
+    v = imp.reshape(value, ())
+    return [imp.p.op("pad", [imp.value(x), imp.value(v, imp.el(x))],
+                     {"low": _ints_attr(low), "high": _ints_attr(high),
+                      "mode": StringAttr(mode)})]
+
+
+@_op("ArgMax", "ArgMin")
+def _argmax(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, n.op_type)
+    r = len(shape)
+    axis = imp.norm_axes([int(n.get("axis", 0))], r)[0]
+    keep = bool(int(n.get("keepdims", 1)))
+    last = bool(int(n.get("select_last_index", 0)))
+    dim = shape[axis]
+    if _is_const(x):
+        f = np.argmax if n.op_type == "ArgMax" else np.argmin
+        y = dim - 1 - f(np.flip(x, axis), axis=axis) if last else f(x, axis=axis)
+        y = np.asarray(y, dtype=np.int64)
+        return [np.expand_dims(y, axis) if keep else y]
+    # the first (last) position holding the extreme value; a NaN is the extreme (NumPy)
+    m = imp.reduce("max" if n.op_type == "ArgMax" else "min", x, [axis], True)
+    hit = imp.cmp("eq", x, m)
+    if imp.el(x) in ("f32", "f16", "bf16", "f64"):
+        hit = imp.select(imp.cmp("ne", x, x), np.array(True), hit)
+    iota = np.arange(dim, dtype=np.int64).reshape([dim if i == axis else 1 for i in range(r)])
+    miss = np.array(-1 if last else dim, dtype=np.int64)
+    pos = imp.select(hit, iota, miss)
+    return [imp.reduce("max" if last else "min", pos, [axis], keep)]
 
 
 @_op("Range")
@@ -1318,11 +1449,11 @@ UNSUPPORTED = {
         "Conv", "ConvTranspose", "ConvInteger", "DeformConv", "AveragePool", "MaxPool",
         "LpPool", "MaxUnpool", "QLinearConv", "Col2Im", "CausalConvWithState")},
     **{op: "needs a gather/scatter/index semantic op" for op in (
-        "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
-        "TensorScatter", "NonZero", "Compress", "Unique", "TopK", "ArgMax", "ArgMin",
+        "GatherND", "ScatterElements", "ScatterND", "Scatter",
+        "TensorScatter", "NonZero", "Compress", "Unique", "TopK",
         "Hardmax", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")},
     **{op: "needs a data-movement semantic op (slice, concat, pad, resize)" for op in (
-        "Split", "Pad", "Resize", "Upsample", "CenterCropPad", "ReverseSequence",
+        "Resize", "Upsample", "CenterCropPad", "ReverseSequence",
         "GridSample", "AffineGrid", "RoiAlign")},
     **{op: "needs control flow or sequences" for op in (
         "If", "Loop", "Scan", "SequenceMap", "SequenceEmpty", "SequenceLength",
@@ -1351,7 +1482,7 @@ UNSUPPORTED = {
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Tile": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "Slice": (1, 2, 3, 4), "OneHot": (1, 2),
-    "Trilu": (1,), "Gather": (1,),
+    "Trilu": (1,), "Gather": (1,), "Split": (1,), "Pad": (1, 3),
     **{op: (1,) for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceL1",
                            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

@@ -45,7 +45,7 @@ def function_body(node: Any, opset: int, input_types: Sequence[Any]) \
     from onnx import defs
 
     try:
-        schema = defs.get_schema(node.op_type, opset, node.domain)
+        schema: Any = defs.get_schema(node.op_type, opset, node.domain)
     except defs.SchemaError:
         return None
     node = onnx.NodeProto.FromString(node.SerializeToString())

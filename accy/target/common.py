@@ -19,8 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accy.choir.attributes import DenseArrayAttr, DenseElementsAttr, StringAttr, TensorType
+from accy.choir.attributes import (
+    DenseArrayAttr,
+    DenseElementsAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+)
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
+from accy.dialects.prim import DATA_OPS
 from accy.errors import AccyError
 
 LANE = "@L"
@@ -299,6 +306,9 @@ class ExprBuilder:
         el = elem_of(op.results[0])
         if name in ("broadcast", "transpose"):
             return self.expr(op.operands[0], self.operand_index(op, idx), scope, lane)
+        if name in DATA_OPS:
+            return self.data_expr(op, tuple(i.replace(LANE, str(lane)) for i in idx), scope,
+                                  lane)
         if name == "constant":
             return self.constant(op, idx, lane)
         if name in ("reduce", "matmul"):
@@ -340,6 +350,78 @@ class ExprBuilder:
             text = f"((int)(({text}) != 0))"
         return round_compute(text, el)
 
+    def data_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        """``prim.slice|concat|pad|gather|gather_elements`` at ``idx`` (lanes resolved:
+        a remapped read is a scalar load). Every read is in bounds: an index that
+        selects another operand, a pad, or a gathered index out of range is clamped,
+        and the select picks the value."""
+        name = op.op_name.split(".", 1)[1]
+        src = shape_of(op.operands[0])
+        if name == "slice":
+            starts, steps = (_ints(op, k) for k in ("starts", "steps"))
+            return self.expr(op.operands[0], tuple(
+                _affine(i, sp, st) for i, st, sp in zip(idx, starts, steps)), scope, lane)
+        if name in ("gather", "gather_elements"):
+            axis = _int(op, "axis") % len(src)
+            ishape = shape_of(op.operands[1])
+            if name == "gather":
+                at = idx[axis:axis + len(ishape)]
+                rest = (idx[:axis], idx[axis + len(ishape):])
+            else:
+                at, rest = idx, (idx[:axis], idx[axis + 1:])
+            raw = self.expr(op.operands[1], at, scope, lane)
+            n = src[axis]
+            k = self.fresh("ix")
+            scope.lines.append(f"long long {k} = (long long)({raw});")
+            scope.lines.append(f"{k} = {k} < 0 ? {k} + {n}LL : {k};")
+            scope.lines.append(f"{k} = {_clamp(k, n)};")
+            return self.expr(op.operands[0], rest[0] + (k,) + rest[1], scope, lane)
+        if name == "concat":
+            axis = _int(op, "axis") % len(src)
+            a = idx[axis]
+            vals, bounds, off = [], [], 0
+            for v in op.operands:
+                n = shape_of(v)[axis]
+                if n == 0:
+                    continue
+                at = idx[:axis] + (_clamp(f"({a}) - {off}", n),) + idx[axis + 1:]
+                vals.append(self.expr(v, at, scope, lane))
+                off += n
+                bounds.append(off)
+            text = vals[-1]
+            for val, bound in zip(reversed(vals[:-1]), reversed(bounds[:-1])):
+                text = f"(({a}) < {bound} ? ({val}) : {text})"
+            return text
+        assert name == "pad"
+        low = _ints(op, "low")
+        mode = op.attr("mode")
+        mode_s = mode.value if isinstance(mode, StringAttr) else "constant"
+        at_l: list[str] = []
+        inside: list[str] = []
+        for i, n, lo in zip(idx, src, low):
+            j = f"({i}) - {lo}" if lo else i
+            if mode_s == "constant":
+                if n == 0:
+                    inside.append("0")
+                elif not (lo == 0 and i == "0"):
+                    inside.append(f"(({j}) >= 0 && ({j}) < {n})")
+                at_l.append(_clamp(j, n))
+            elif mode_s == "edge":
+                at_l.append(_clamp(j, n))
+            elif mode_s == "wrap":
+                at_l.append(f"(((({j}) % {n}) + {n}) % {n})")
+            else:
+                p = 2 * (n - 1)
+                t = f"(((({j}) % {p}) + {p}) % {p})" if p else "0"
+                at_l.append(f"({t} >= {n} ? {p} - {t} : {t})" if p else "0")
+        if any(n == 0 for n in src):
+            return self.expr(op.operands[1], (), scope, lane)
+        val = self.expr(op.operands[0], tuple(at_l), scope, lane)
+        if not inside:
+            return val
+        fill = self.expr(op.operands[1], (), scope, lane)
+        return f"(({' && '.join(inside)}) ? ({val}) : ({fill}))"
+
     def cast(self, x: str, src: str, dst: str) -> str:
         if src == dst:
             return x
@@ -372,6 +454,33 @@ class ExprBuilder:
             self.tables.append(f"{qual} {COMPUTE[el]} {name}[{len(value.values)}] = {{{vals}}};")
             self.table_of[key] = name
         return f"{self.table_of[key]}[{self.offset(shape_of(op.results[0]), idx, lane)}]"
+
+
+def _ints(op: Operation, key: str) -> tuple[int, ...]:
+    a = op.attr(key)
+    assert isinstance(a, DenseArrayAttr), (op.op_name, key)
+    return a.values
+
+
+def _int(op: Operation, key: str) -> int:
+    a = op.attr(key)
+    assert isinstance(a, IntegerAttr), (op.op_name, key)
+    return a.value
+
+
+def _affine(i: str, scale: int, offset: int) -> str:
+    """``offset + i·scale`` as a C index expression."""
+    if i == "0":
+        return str(offset)
+    term = i if scale == 1 else f"({i})*{scale}" if scale != -1 else f"-({i})"
+    return term if offset == 0 else f"({offset} + {term})"
+
+
+def _clamp(j: str, n: int) -> str:
+    """``j`` clamped into ``[0, n)`` (a read that stays in bounds whatever ``j`` is)."""
+    if n <= 1:
+        return "0"
+    return f"(({j}) < 0 ? 0 : (({j}) > {n - 1} ? {n - 1} : ({j})))"
 
 
 def _is_literal(text: str) -> bool:

@@ -84,3 +84,88 @@ def test_f64_row_reduction_and_matmul():
     np.testing.assert_allclose(got[1], x @ y, rtol=1e-14)
     assert got[0].dtype == np.float64
     cuda_compiles(sm)
+
+
+# ---------------------------------------------------------------- data movement
+
+
+def _f(shape, el="f32"):
+    return f"tensor<{'x'.join(map(str, shape))}x{el}>" if shape else f"tensor<{el}>"
+
+
+def test_slice_with_steps_and_a_reversed_dim_feeds_an_elementwise_op():
+    x = RNG.random((6, 8)).astype(np.float32)
+    sm = program([_f((6, 8))], [_f((2, 4))], f'''\
+    %0 = "semantic.slice"(%a0) {{starts = array<i64: 1, 7>, sizes = array<i64: 2, 4>, steps = array<i64: 3, -2>}} : ({_f((6, 8))}) -> {_f((2, 4))}
+    %1 = "semantic.exp"(%0) : ({_f((2, 4))}) -> {_f((2, 4))}
+    "func.return"(%1) : ({_f((2, 4))}) -> ()''')
+    check(sm, [x], [np.exp(x[1:5:3, 7::-2].astype(np.float64)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("el,np_t", [("f32", np.float32), ("i64", np.int64)])
+def test_concat_of_three_along_an_inner_axis(el, np_t):
+    xs = [(RNG.random((2, n, 3)) * 100).astype(np_t) for n in (1, 4, 2)]
+    sm = program([_f((2, n, 3), el) for n in (1, 4, 2)], [_f((2, 7, 3), el)], f'''\
+    %0 = "semantic.concat"(%a0, %a1, %a2) {{axis = 1 : i64}} : ({_f((2, 1, 3), el)}, {_f((2, 4, 3), el)}, {_f((2, 2, 3), el)}) -> {_f((2, 7, 3), el)}
+    "func.return"(%0) : ({_f((2, 7, 3), el)}) -> ()''')
+    check(sm, xs, [np.concatenate(xs, axis=1)])
+
+
+def test_concat_feeds_a_row_reduction_and_slice_feeds_a_matmul():
+    a, b = RNG.random((4, 3)).astype(np.float32), RNG.random((4, 5)).astype(np.float32)
+    w = RNG.random((6, 4)).astype(np.float32)
+    sm = program(
+        [_f((4, 3)), _f((4, 5)), _f((6, 4))], [_f((4, 1)), _f((4, 4))], f'''\
+    %0 = "semantic.concat"(%a0, %a1) {{axis = 1 : i64}} : ({_f((4, 3))}, {_f((4, 5))}) -> {_f((4, 8))}
+    %1 = "semantic.reduce_sum"(%0) {{axes = array<i64: 1>, keepdims = true}} : ({_f((4, 8))}) -> {_f((4, 1))}
+    %2 = "semantic.slice"(%a2) {{starts = array<i64: 2, 0>, sizes = array<i64: 4, 4>, steps = array<i64: 1, 1>}} : ({_f((6, 4))}) -> {_f((4, 4))}
+    %3 = "semantic.matmul"(%2, %2) : ({_f((4, 4))}, {_f((4, 4))}) -> {_f((4, 4))}
+    "func.return"(%1, %3) : ({_f((4, 1))}, {_f((4, 4))}) -> ()''')
+    got = run_host(sm, [a, b, w])
+    np.testing.assert_allclose(got[0], np.concatenate([a, b], 1).sum(1, keepdims=True),
+                               rtol=1e-6)
+    np.testing.assert_allclose(got[1], w[2:] @ w[2:], rtol=1e-6)
+    cuda_compiles(sm)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+def test_pad_modes_match_numpy(mode):
+    x = RNG.random((3, 4)).astype(np.float32)
+    sm = program([_f((3, 4)), _f(())], [_f((6, 5))], f'''\
+    %0 = "semantic.pad"(%a0, %a1) {{low = array<i64: 1, 2>, high = array<i64: 2, -1>, mode = "{mode}"}} : ({_f((3, 4))}, {_f(())}) -> {_f((6, 5))}
+    "func.return"(%0) : ({_f((6, 5))}) -> ()''')
+    v = np.array(-7.5, np.float32)
+    np_mode = {"wrap": "wrap", "edge": "edge", "reflect": "reflect", "constant": "constant"}[mode]
+    kw = {"constant_values": v} if mode == "constant" else {}
+    want = np.pad(x, ((1, 2), (2, 0)), mode=np_mode, **kw)[:, :5]
+    check(sm, [x, v], [want])
+
+
+def test_gather_with_negative_indices_and_gather_elements():
+    data = RNG.random((5, 3)).astype(np.float32)
+    idx = np.array([[0, -1], [4, 2]], np.int64)
+    ge = np.array([[1, -1, 0], [0, 2, 2]], np.int32)
+    sm = program([_f((5, 3)), _f((2, 2), "i64"), _f((2, 3), "i32")],
+                 [_f((2, 2, 3)), _f((2, 3)), _f((5, 2))], f'''\
+    %0 = "semantic.gather"(%a0, %a1) {{axis = 0 : i64}} : ({_f((5, 3))}, {_f((2, 2), "i64")}) -> {_f((2, 2, 3))}
+    %1 = "semantic.gather_elements"(%a0, %a2) {{axis = 1 : i64}} : ({_f((5, 3))}, {_f((2, 3), "i32")}) -> {_f((2, 3))}
+    %2 = "semantic.slice"(%a1) {{starts = array<i64: 0, 0>, sizes = array<i64: 1, 2>, steps = array<i64: 1, 1>}} : ({_f((2, 2), "i64")}) -> {_f((1, 2), "i64")}
+    %3 = "semantic.reshape"(%2) : ({_f((1, 2), "i64")}) -> {_f((2,), "i64")}
+    %4 = "semantic.gather"(%a0, %3) {{axis = -1 : i64}} : ({_f((5, 3))}, {_f((2,), "i64")}) -> {_f((5, 2))}
+    "func.return"(%0, %1, %4) : ({_f((2, 2, 3))}, {_f((2, 3))}, {_f((5, 2))}) -> ()''')
+    check(sm, [data, idx, ge], [np.take(data, idx % 5, axis=0),
+                                np.take_along_axis(data[:2], ge % 3, axis=1),
+                                np.take(data, np.array([0, 2]), axis=1)])
+
+
+def test_data_ops_verify_their_shapes():
+    from accy.errors import AccyError
+
+    with pytest.raises(AccyError, match="outside"):
+        program([_f((4,))], [_f((3,))], f'''\
+    %0 = "semantic.slice"(%a0) {{starts = array<i64: 2>, sizes = array<i64: 3>, steps = array<i64: 1>}} : ({_f((4,))}) -> {_f((3,))}
+    "func.return"(%0) : ({_f((3,))}) -> ()''')
+    with pytest.raises(AccyError, match="differ in dim 0"):
+        program([_f((2, 3)), _f((3, 3))], [_f((2, 6))], f'''\
+    %0 = "semantic.concat"(%a0, %a1) {{axis = 1 : i64}} : ({_f((2, 3))}, {_f((3, 3))}) -> {_f((2, 6))}
+    "func.return"(%0) : ({_f((2, 6))}) -> ()''')
