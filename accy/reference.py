@@ -206,7 +206,9 @@ def _operand_element(op: Operation, index: int) -> ScalarType:
 
 
 def _lift(a: np.ndarray) -> np.ndarray:
-    """float64 for float tensors, int64 for integer and i1 tensors."""
+    """float64 for float tensors, uint64 for ui64, int64 for other integer and i1 tensors."""
+    if a.dtype == np.uint64:
+        return a.copy()
     return a.astype(np.float64 if a.dtype.kind == "f" else np.int64)
 
 
@@ -327,6 +329,8 @@ def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.broadcast_arrays(a, b)
+    if a.dtype.kind == "u":
+        return np.power(a, b)
     out = np.power(a, np.maximum(b, 0))
     negative = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
     return np.where(b < 0, negative, out)

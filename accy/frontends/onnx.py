@@ -55,7 +55,7 @@ from accy.errors import AccyError, FrontendError
 from accy.preparation.products import SemanticModule
 
 ELEMENTS = {1: "f32", 10: "f16", 16: "bf16", 11: "f64", 3: "i8", 5: "i16", 6: "i32",
-            7: "i64", 9: "i1"}
+            7: "i64", 9: "i1", 2: "ui8", 4: "ui16", 12: "ui32", 13: "ui64"}
 """ONNX ``TensorProto.DataType`` → the semantic element types (SEMANTIC.md)."""
 
 T = Any

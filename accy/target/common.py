@@ -34,9 +34,13 @@ LANE = "@L"
 
 STORAGE = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short", "f64": "double",
            "i1": "unsigned char", "i8": "signed char", "i16": "short", "i32": "int",
-           "i64": "long long", "index": "long long"}
+           "i64": "long long", "index": "long long", "ui8": "unsigned char",
+           "ui16": "unsigned short", "ui32": "unsigned int", "ui64": "unsigned long long"}
 COMPUTE = {"f32": "float", "f16": "float", "bf16": "float", "f64": "double", "i1": "int",
-           "i8": "int", "i16": "int", "i32": "int", "i64": "long long", "index": "long long"}
+           "i8": "int", "i16": "int", "i32": "int", "i64": "long long", "index": "long long",
+           "ui8": "int", "ui16": "int", "ui32": "long long", "ui64": "unsigned long long"}
+"""ui8/ui16/ui32 compute in a wider signed type (every value fits) and wrap after each op;
+ui64 computes in ``unsigned long long``."""
 
 UNARY_F = {"neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})",
            "sqrt": "sqrt{f}({0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
@@ -104,6 +108,12 @@ static inline unsigned short accy_f2bf(float f) {
 }
 static inline int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
 static inline long long accy_idiv_ll(long long a, long long b) { return b == 0 ? 0 : a / b; }
+static inline unsigned long long accy_idiv_ull(unsigned long long a, unsigned long long b) {
+  return b == 0 ? 0 : a / b;
+}
+static inline unsigned long long accy_ipow_ull(unsigned long long a, unsigned long long b) {
+  unsigned long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
 static inline int accy_ipow_int(int a, int b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   int r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -156,6 +166,8 @@ def literal(value: object, el: str) -> str:
     if el == "i1":
         return "1" if value else "0"
     v = int(value)  # type: ignore[call-overload]
+    if ct == "unsigned long long":
+        return f"{v % (1 << 64)}ULL"
     return f"{v}LL" if ct == "long long" else str(v)
 
 
@@ -186,8 +198,8 @@ def round_compute(val: str, el: str) -> str:
         return f"accy_h2f(accy_f2h({val}))"
     if el == "bf16":
         return f"accy_bf2f(accy_f2bf({val}))"
-    if el in ("i8", "i16"):
-        return f"((int)({STORAGE[el]})({val}))"
+    if el in ("i8", "i16", "ui8", "ui16", "ui32"):
+        return f"(({COMPUTE[el]})({STORAGE[el]})({val}))"
     return val
 
 
@@ -341,7 +353,7 @@ class ExprBuilder:
             else:
                 text = table[name].format(*args, f=f, one=one, zero=zero)
             return round_compute(text, el)
-        t = "ll" if COMPUTE[in_el] == "long long" else "int"
+        t = {"long long": "ll", "unsigned long long": "ull"}.get(COMPUTE[in_el], "int")
         table = UNARY_I if len(args) == 1 else BINARY_I
         if name not in table:
             raise AccyError(f"'{op.op_name}' is not defined on integers")
@@ -503,7 +515,9 @@ def _is_lane(text: str) -> bool:
 
 
 def _int_range(el: str) -> tuple[str, str]:
-    return {"i8": ("-128", "127"), "i16": ("-32768", "32767"),
+    return {"i8": ("-128", "127"), "i16": ("-32768", "32767"), "ui8": ("0", "255"),
+            "ui16": ("0", "65535"), "ui32": ("0", "4294967295LL"),
+            "ui64": ("0ULL", "18446744073709551615ULL"),
             "i32": ("-2147483648", "2147483647"),
             "i64": ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
             "index": ("(-9223372036854775807LL - 1)", "9223372036854775807LL")}[el]

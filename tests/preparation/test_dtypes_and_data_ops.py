@@ -169,3 +169,47 @@ def test_data_ops_verify_their_shapes():
         program([_f((2, 3)), _f((3, 3))], [_f((2, 6))], f'''\
     %0 = "semantic.concat"(%a0, %a1) {{axis = 1 : i64}} : ({_f((2, 3))}, {_f((3, 3))}) -> {_f((2, 6))}
     "func.return"(%0) : ({_f((2, 6))}) -> ()''')
+
+
+# ------------------------------------------------------------------- unsigned
+
+
+@pytest.mark.parametrize("el,np_t", [("ui8", np.uint8), ("ui16", np.uint16),
+                                     ("ui32", np.uint32), ("ui64", np.uint64)])
+def test_unsigned_arithmetic_wraps_compares_and_casts_like_numpy(el, np_t):
+    t, b1, f = f"tensor<4x8x{el}>", "tensor<4x8xi1>", "tensor<4x8xf32>"
+    sm = program([t, t], [t, t, b1, f, t], f'''\
+    %0 = "semantic.sub"(%a0, %a1) : ({t}, {t}) -> {t}
+    %1 = "semantic.div"(%a0, %a1) : ({t}, {t}) -> {t}
+    %2 = "semantic.cmp"(%0, %a0) {{predicate = "gt"}} : ({t}, {t}) -> {b1}
+    %3 = "semantic.cast"(%0) : ({t}) -> {f}
+    %k = "semantic.constant"() {{value = dense<255> : tensor<{el}>}} : () -> tensor<{el}>
+    %4 = "semantic.mul"(%0, %k) : ({t}, tensor<{el}>) -> {t}
+    %5 = "semantic.max"(%4, %a1) : ({t}, {t}) -> {t}
+    "func.return"(%0, %1, %2, %3, %5) : ({t}, {t}, {b1}, {f}, {t}) -> ()''')
+    info = np.iinfo(np_t)
+    hi = min(int(info.max), 1 << 62)
+    a = RNG.integers(0, hi, (4, 8), dtype=np.uint64).astype(np_t)
+    b = RNG.integers(0, hi, (4, 8), dtype=np.uint64).astype(np_t)
+    b[0, :3] = 0
+    with np.errstate(all="ignore"):
+        d = a - b
+        q = np.where(b == 0, 0, a // np.where(b == 0, 1, b)).astype(np_t)
+        m = (d * np_t(255)).astype(np_t)
+    check(sm, [a, b], [d, q, d > a, d.astype(np.float32), np.maximum(m, b)])
+
+
+def test_unsigned_types_print_parse_and_cross_the_wire():
+    from accy.choir.printer import print_op
+    from accy.choir.wire import decode, encode
+
+    t = "tensor<2xui8>"
+    sm = program([t], [t], f'''\
+    %k = "semantic.constant"() {{value = dense<[255, 7]> : {t}}} : () -> {t}
+    %0 = "semantic.add"(%a0, %k) : ({t}, {t}) -> {t}
+    "func.return"(%0) : ({t}) -> ()''')
+    text = print_op(sm.module)
+    assert "dense<[255, 7]> : tensor<2xui8>" in text
+    assert print_op(decode(encode(sm.module))) == text
+    got = run_host(sm, [np.array([1, 250], np.uint8)])[0]
+    np.testing.assert_array_equal(got, np.array([0, 1], np.uint8))
