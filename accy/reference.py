@@ -206,7 +206,9 @@ def _operand_element(op: Operation, index: int) -> ScalarType:
 
 
 def _lift(a: np.ndarray) -> np.ndarray:
-    """float64 for float tensors, int64 for integer and i1 tensors."""
+    """float64 for float tensors, uint64 for ui64, int64 for other integer and i1 tensors."""
+    if a.dtype == np.uint64:
+        return a.copy()
     return a.astype(np.float64 if a.dtype.kind == "f" else np.int64)
 
 
@@ -327,6 +329,8 @@ def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.broadcast_arrays(a, b)
+    if a.dtype.kind == "u":
+        return np.power(a, b)
     out = np.power(a, np.maximum(b, 0))
     negative = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
     return np.where(b < 0, negative, out)
@@ -488,6 +492,97 @@ def _broadcast_to(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
             raise VerifyError(f"'semantic.broadcast_to' cannot bind dim {i} of {t} from an "
                               f"input of shape {x.shape}", op.loc)
     return [store(np.broadcast_to(_lift(x), tuple(shape)), t.element)]
+
+
+# ------------------------------------------------------------------ data movement
+
+
+def pad_source(i: np.ndarray, n: int, low: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per output position ``i`` of a padded dim: the source index (in range) and
+    whether it is inside the source (``constant`` mode fills the rest)."""
+    j = i - low
+    inside = (j >= 0) & (j < n)
+    if n == 0:
+        return np.zeros_like(j), inside
+    if mode == "edge":
+        j = np.clip(j, 0, n - 1)
+    elif mode == "wrap":
+        j = np.mod(j, n)
+    elif mode == "reflect":
+        p = 2 * (n - 1)
+        j = np.zeros_like(j) if p == 0 else np.mod(j, p)
+        j = np.where(j >= n, p - j, j)
+    return np.clip(j, 0, n - 1), inside
+
+
+def _clamped_index(idx: np.ndarray, n: int) -> np.ndarray:
+    """Indices with negative ones counted from the end, then clamped into ``[0, n)``."""
+    idx = idx.astype(np.int64)
+    return np.clip(np.where(idx < 0, idx + n, idx), 0, max(n - 1, 0))
+
+
+@register_impl("semantic.slice")
+def _slice(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    x = args[0]
+    starts, sizes, steps = (i64_list(op.attr(k)) for k in ("starts", "sizes", "steps"))
+    index = tuple(st + sp * np.arange(sz) for st, sz, sp in zip(starts, sizes, steps))
+    for d, (ix, n) in enumerate(zip(index, x.shape)):
+        if ix.size and (ix.min() < 0 or ix.max() >= n):
+            raise VerifyError(f"'{op.op_name}' reads dim {d} at {ix.min()}…{ix.max()} of {n}",
+                              op.loc)
+    return [store(_lift(x)[np.ix_(*index)] if x.ndim else _lift(x), _element(op))]
+
+
+@register_impl("semantic.concat")
+def _concat(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    _same_elements(op, range(len(args)))
+    axis = _axis(op, _attr_int(op, "axis"), args[0].ndim)
+    return [store(np.concatenate([_lift(a) for a in args], axis=axis), _element(op))]
+
+
+@register_impl("semantic.pad")
+def _pad(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    x, value = _lift(args[0]), _lift(args[1])
+    low, high = i64_list(op.attr("low")), i64_list(op.attr("high"))
+    mode_attr = op.attr("mode")
+    mode = mode_attr.value if isinstance(mode_attr, StringAttr) else "constant"
+    index, mask = [], np.ones((), dtype=bool)
+    out_shape = tuple(n + lo + hi for n, lo, hi in zip(x.shape, low, high))
+    for d, (n, lo) in enumerate(zip(x.shape, low)):
+        src, inside = pad_source(np.arange(out_shape[d]), n, lo, mode)
+        shape = [1] * x.ndim
+        shape[d] = -1
+        index.append(src.reshape(shape))
+        mask = mask & inside.reshape(shape)
+    if x.size == 0:
+        y = np.broadcast_to(value, out_shape)
+    else:
+        y = x[tuple(index)]
+        if mode == "constant":
+            y = np.where(mask, y, value)
+    return [store(np.broadcast_to(y, out_shape), _element(op))]
+
+
+@register_impl("semantic.gather")
+def _gather(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    data, idx = args
+    axis = _axis(op, _attr_int(op, "axis"), data.ndim)
+    return [store(np.take(_lift(data), _clamped_index(idx, data.shape[axis]), axis=axis),
+                  _element(op))]
+
+
+@register_impl("semantic.gather_elements")
+def _gather_elements(op: Operation, args: list[np.ndarray]) -> list[np.ndarray]:
+    data, idx = args
+    axis = _axis(op, _attr_int(op, "axis"), data.ndim)
+    if idx.ndim != data.ndim or any(b > a for k, (a, b) in enumerate(zip(data.shape, idx.shape))
+                                    if k != axis):
+        raise VerifyError(f"'{op.op_name}' indices of shape {idx.shape} do not fit data of "
+                          f"shape {data.shape}", op.loc)
+    window = _lift(data)[tuple(slice(0, n) if k != axis else slice(None)
+                               for k, n in enumerate(idx.shape))]
+    return [store(np.take_along_axis(window, _clamped_index(idx, data.shape[axis]), axis=axis),
+                  _element(op))]
 
 
 # ------------------------------------------------------------ contraction, norms

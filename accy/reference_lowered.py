@@ -58,7 +58,7 @@ class _AsSemantic:
 
 
 _TWINS = tuple(f"prim.{n}" for n in prim.UNARY_OPS + prim.BINARY_OPS + (
-    "cmp", "select", "cast", "constant", "matmul", "transpose", "reshape"))
+    "cmp", "select", "cast", "constant", "matmul", "transpose", "reshape") + prim.DATA_OPS)
 
 
 @register_impl(*_TWINS)

@@ -501,6 +501,8 @@ class AttrParser(Lexer):
         if "." in text or ("e" in text.lower() and not text.lower().startswith("0x")):
             raise self.error(f"float value {shorten(text)} in an integer dense attribute", pos)
         value = self._int_in_range(text, el, pos)
+        if el.is_unsigned:
+            return value % (1 << el.bits)  # -1 : ui8 is 255
         if el.bits > 1 and value >= 1 << (el.bits - 1):  # stored as bits: 255 : i8 is -1
             value -= 1 << el.bits
         return value

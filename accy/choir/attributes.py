@@ -33,7 +33,7 @@ class Type:
 
 @dataclass(frozen=True, slots=True)
 class ScalarType(Type):
-    """An element type: ``f32 f16 bf16 f64 i1 i8 i16 i32 i64 index``."""
+    """An element type: ``f32 f16 bf16 f64 i1 i8 i16 i32 i64 ui8 ui16 ui32 ui64 index``."""
 
     name: str
 
@@ -44,6 +44,10 @@ class ScalarType(Type):
     @property
     def is_int(self) -> bool:
         return self.name in INT_NAMES
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.name in UNSIGNED_NAMES
 
     @property
     def bits(self) -> int:
@@ -58,9 +62,10 @@ class ScalarType(Type):
 
 
 FLOAT_NAMES = frozenset({"f16", "bf16", "f32", "f64"})
-INT_NAMES = frozenset({"i1", "i8", "i16", "i32", "i64", "index"})
+UNSIGNED_NAMES = frozenset({"ui8", "ui16", "ui32", "ui64"})
+INT_NAMES = frozenset({"i1", "i8", "i16", "i32", "i64", "index"}) | UNSIGNED_NAMES
 _BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "i1": 1, "i8": 8, "i16": 16, "i32": 32,
-         "i64": 64, "index": 64}
+         "i64": 64, "index": 64, "ui8": 8, "ui16": 16, "ui32": 32, "ui64": 64}
 SCALAR_NAMES = FLOAT_NAMES | INT_NAMES
 
 F32 = ScalarType("f32")
@@ -327,7 +332,7 @@ def storage_array(values: Any, el: ScalarType) -> np.ndarray:
         return np.array([bool(v) for v in values], dtype=np.bool_)
     else:
         b = el.bits
-        half = 1 << (b - 1)
+        half = 0 if el.is_unsigned else 1 << (b - 1)
         return np.array([(int(v) + half) % (1 << b) - half for v in values], dtype=dtype)
     if not el.is_float:
         return src.astype(dtype)
@@ -406,7 +411,8 @@ class SymbolRefAttr(Attribute):
 
 _NUMPY = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": np.float32,
           "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-          "index": np.int64}
+          "index": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
+          "ui64": np.uint64}
 
 
 def numpy_dtype(t: ScalarType) -> np.dtype:
@@ -418,7 +424,8 @@ def scalar_type_of(dtype: np.dtype) -> ScalarType:
     """The choir element type of a NumPy dtype."""
     for name, np_t in (("f32", np.float32), ("f16", np.float16), ("f64", np.float64),
                        ("i1", np.bool_), ("i32", np.int32), ("i64", np.int64),
-                       ("i8", np.int8), ("i16", np.int16)):
+                       ("i8", np.int8), ("i16", np.int16), ("ui8", np.uint8),
+                       ("ui16", np.uint16), ("ui32", np.uint32), ("ui64", np.uint64)):
         if np.dtype(dtype) == np.dtype(np_t):
             return ScalarType(name)
     raise ValueError(f"no choir element type for dtype {dtype}")

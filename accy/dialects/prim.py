@@ -332,6 +332,40 @@ class ReshapeOp(PrimOp):
         return dst
 
 
+class SliceOp(PrimOp, semantic.SliceOp):
+    """``prim.slice {starts, sizes, steps}``: an index map (see the semantic op)."""
+
+    name = "prim.slice"
+
+
+class ConcatOp(PrimOp, semantic.ConcatOp):
+    """``prim.concat {axis}``: each element read from the operand whose range holds it."""
+
+    name = "prim.concat"
+
+
+class PadOp(PrimOp, semantic.PadOp):
+    """``prim.pad(x, value) {low, high, mode}``: an index map with a fill value."""
+
+    name = "prim.pad"
+
+
+class GatherOp(PrimOp, semantic.GatherOp):
+    """``prim.gather {axis}``: the data read at an index loaded from ``indices``."""
+
+    name = "prim.gather"
+
+
+class GatherElementsOp(PrimOp, semantic.GatherElementsOp):
+    """``prim.gather_elements {axis}``: ``take_along_axis`` as an index map."""
+
+    name = "prim.gather_elements"
+
+
+DATA_OPS = declared_ops("prim", semantic.DataOp)
+"""Index-remapping ops with a semantic twin: never launches of their own (dispatch)."""
+
+
 def broadcast_dims(operand_rank: int, result_rank: int) -> tuple[int, ...]:
     """The ``dims`` of a NumPy-style (trailing-aligned) broadcast.
 

@@ -452,6 +452,142 @@ class MatmulOp(SemanticOp):
         return TensorType(batch + (m, n), a.element)
 
 
+# ----------------------------------------------------------------- data movement
+
+
+def _ints(op: SemanticOp, key: str, rank: int) -> tuple[int, ...]:
+    a = op.attr(key)
+    if not isinstance(a, DenseArrayAttr) or len(a.values) != rank:
+        raise op.fail(f"needs '{key} = array<i64: …>' with one value per dim ({rank})")
+    return a.values
+
+
+class DataOp(SemanticOp):
+    """Base of the data-movement ops: each result element is an operand element read
+    at a remapped (or loaded) index — index maps inside a dispatch region, never a
+    launch of their own."""
+
+    traits = frozenset({"pure", "index_map"})
+
+
+class SliceOp(DataOp):
+    """``slice {starts, sizes, steps}``: ``y[i] = x[starts + i·steps]`` per dim.
+
+    ``steps`` may be negative (a reversed slice); every element read must be in
+    bounds (checked once the input's dims are known).
+    """
+
+    name = "semantic.slice"
+    num_operands = 1
+
+    def infer(self) -> Type:
+        t = self.tensor_operand(0)
+        starts, sizes, steps = (_ints(self, k, t.rank) for k in ("starts", "sizes", "steps"))
+        for d, (n, st, sz, sp) in enumerate(zip(t.shape, starts, sizes, steps)):
+            if sz < 0 or sp == 0:
+                raise self.fail(f"dim {d}: size {sz} must be >= 0 and step {sp} nonzero")
+            last = st + (sz - 1) * sp
+            if sz and (st < 0 or last < 0 or (n is not None and max(st, last) >= n)):
+                raise self.fail(f"dim {d}: reads {st}…{last} (step {sp}), outside "
+                                f"{t} ")
+        return t.with_shape(sizes)
+
+
+class ConcatOp(DataOp):
+    """``concat {axis}``: operands joined along ``axis``; every other dim equal."""
+
+    name = "semantic.concat"
+    num_operands = None
+
+    def infer(self) -> Type:
+        if not self.operands:
+            raise self.fail("needs at least one operand")
+        ts = [self.tensor_operand(i) for i in range(len(self.operands))]
+        first = ts[0]
+        axis = self.axis_attr(first.rank)
+        total: int | None = 0
+        dims = list(first.shape)
+        for t in ts:
+            if t.element != first.element or t.rank != first.rank:
+                raise self.fail(f"operands differ in element type or rank: {first} and {t}")
+            for d, (a, b) in enumerate(zip(dims, t.shape)):
+                if d == axis:
+                    continue
+                if a is not None and b is not None and a != b:
+                    raise self.fail(f"operands differ in dim {d}: {first} and {t}")
+                dims[d] = a if a is not None else b
+            n = t.shape[axis]
+            total = None if total is None or n is None else total + n
+        dims[axis] = total
+        return first.with_shape(tuple(dims))
+
+
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+class PadOp(DataOp):
+    """``pad(x, value) {low, high, mode}``: ``low[d]``/``high[d]`` elements before/after
+    dim ``d`` (negative: cropped), filled with the rank-0 ``value`` (``constant``), the
+    edge element (``edge``), a mirror without the edge (``reflect``) or the other end
+    (``wrap``)."""
+
+    name = "semantic.pad"
+    num_operands = 2
+
+    def infer(self) -> Type:
+        t, v = self.tensor_operand(0), self.tensor_operand(1)
+        if v.rank != 0 or v.element != t.element:
+            raise self.fail(f"value must be a rank-0 tensor of {t.element}, got {v}")
+        mode = self.str_attr("mode", PAD_MODES, default="constant")
+        low, high = _ints(self, "low", t.rank), _ints(self, "high", t.rank)
+        dims: list[int | None] = []
+        for d, (n, lo, hi) in enumerate(zip(t.shape, low, high)):
+            m = None if n is None else n + lo + hi
+            if m is not None and m < 0:
+                raise self.fail(f"dim {d}: pads {lo}, {hi} leave {m} elements of {n}")
+            if n is not None and m and mode != "constant" and (
+                    n == 0 or min(lo, hi) < -n or (mode == "reflect" and max(lo, hi) >= n
+                                                   and n > 1)):
+                raise self.fail(f"dim {d}: '{mode}' pads {lo}, {hi} do not fit {n} elements")
+            dims.append(m)
+        return t.with_shape(tuple(dims))
+
+
+class GatherOp(DataOp):
+    """``gather(data, indices) {axis}``: ``np.take(data, indices, axis)``; a negative
+    index counts from the end, an index out of range is clamped."""
+
+    name = "semantic.gather"
+    num_operands = 2
+
+    def infer(self) -> Type:
+        d, i = self.tensor_operand(0), self.tensor_operand(1)
+        if not i.element.is_int or i.element == I1:
+            raise self.fail(f"indices must be an integer tensor, got {i}")
+        axis = self.axis_attr(d.rank)
+        return d.with_shape(d.shape[:axis] + i.shape + d.shape[axis + 1:])
+
+
+class GatherElementsOp(DataOp):
+    """``gather_elements(data, indices) {axis}``: ``np.take_along_axis``; indices of
+    the data's rank, negative from the end, out of range clamped."""
+
+    name = "semantic.gather_elements"
+    num_operands = 2
+
+    def infer(self) -> Type:
+        d, i = self.tensor_operand(0), self.tensor_operand(1)
+        if not i.element.is_int or i.element == I1:
+            raise self.fail(f"indices must be an integer tensor, got {i}")
+        if i.rank != d.rank:
+            raise self.fail(f"indices must have the data's rank, got {d} and {i}")
+        axis = self.axis_attr(d.rank)
+        for k, (a, b) in enumerate(zip(d.shape, i.shape)):
+            if k != axis and a is not None and b is not None and b > a:
+                raise self.fail(f"indices dim {k} ({b}) exceeds the data's ({a})")
+        return d.with_shape(i.shape)
+
+
 # -------------------------------------------------------------------- composites
 
 

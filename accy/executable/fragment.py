@@ -27,7 +27,8 @@ from accy.target.backend import backend_of
 
 _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.float64,
             "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-            "index": np.int64}
+            "index": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
+            "ui64": np.uint64}
 _REGISTRY: dict[str, LoadedFragment] = {}
 _LOCK = threading.Lock()
 

@@ -40,8 +40,11 @@ import numpy as np
 
 from accy.builder import Program
 from accy.choir.attributes import (
+    DenseArrayAttr,
     DenseElementsAttr,
+    IntegerAttr,
     ScalarType,
+    StringAttr,
     TensorType,
     numpy_dtype,
     scalar_type_of,
@@ -51,7 +54,8 @@ from accy.choir.location import UNKNOWN, Location
 from accy.errors import AccyError, FrontendError
 from accy.preparation.products import SemanticModule
 
-ELEMENTS = {1: "f32", 10: "f16", 16: "bf16", 6: "i32", 7: "i64", 9: "i1"}
+ELEMENTS = {1: "f32", 10: "f16", 16: "bf16", 11: "f64", 3: "i8", 5: "i16", 6: "i32",
+            7: "i64", 9: "i1", 2: "ui8", 4: "ui16", 12: "ui32", 13: "ui64"}
 """ONNX ``TensorProto.DataType`` → the semantic element types (SEMANTIC.md)."""
 
 T = Any
@@ -190,13 +194,20 @@ class _Importer:
         self.env: dict[str, T] = {}
         self.loc: Location = UNKNOWN
         self.node: _Node | None = None
+        self.outer: list[tuple[_Node, int]] = []
+        """The nodes whose function bodies are being imported, with their opsets."""
         self.p = _Program(self)
 
     # -- errors
     def where(self) -> str:
         if self.node is None:
             return f"ONNX graph '{self.graph.name}' (opset {self.opset})"
-        return f"ONNX node '{self.node.name}' ({self.node.op_type}, opset {self.opset})"
+        here = f"ONNX node '{self.node.name}' ({self.node.op_type}, opset {self.opset})"
+        if self.outer:
+            outer, opset = self.outer[0]
+            return f"ONNX node '{outer.name}' ({outer.op_type}, opset {opset}), in its " \
+                f"function body: {here.removeprefix('ONNX ')}"
+        return here
 
     def error(self, message: str) -> FrontendError:
         return FrontendError(f"{self.where()}: {message}", self.loc)
@@ -236,8 +247,12 @@ class _Importer:
     def import_node(self, node: _Node, consumed: set[str]) -> None:
         """Import one node: find its handler, run it on its inputs, bind its outputs."""
         self.node = node
-        self.loc = Location(f"{self.file}:{node.name}", node.index + 1, 1)
+        if not self.outer:  # a function body's ops are located at the node it expands
+            self.loc = Location(f"{self.file}:{node.name}", node.index + 1, 1)
         handler = self.handler_of(node)
+        if handler is None:  # an op ONNX defines by a function: import its body
+            self.expand(node)
+            return
         ins: list[Any] = []
         for name in node.proto.input:
             if not name:
@@ -255,17 +270,14 @@ class _Importer:
             raise self.error(f"internal error: {type(e).__name__}: {e}") from None
         self.bind_outputs(node, outs, consumed)
 
-    def handler_of(self, node: _Node) -> Handler:
-        """The handler of ``node``'s op, which must be a default-domain op accy maps."""
+    def handler_of(self, node: _Node) -> Handler | None:
+        """The handler of ``node``'s op (a default-domain op); None when accy maps it
+        through the op's ONNX function body instead (:meth:`expand`)."""
         if node.proto.domain not in ("", "ai.onnx"):
             raise self.unsupported(f"op '{node.op_type}' of domain '{node.proto.domain}'")
         if self.opset == 0:
             raise self.error("the model imports no default-domain ('ai.onnx') opset")
-        handler = OPS.get(node.op_type)
-        if handler is None:
-            raise self.unsupported(f"op '{node.op_type}' "
-                                   f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
-        return handler
+        return OPS.get(node.op_type)
 
     def bind_outputs(self, node: _Node, outs: list[Any], consumed: set[str]) -> None:
         """Bind the node's outputs; one it does not produce may go unused, never consumed."""
@@ -295,6 +307,48 @@ class _Importer:
         sm.meta.update({"source": self.file, "onnx_arguments": arguments,
                         "onnx_opset": self.opset})
         return sm
+
+    def expand(self, node: _Node) -> None:
+        """Import a node with no handler as its schema's function body (onnx_functions)."""
+        from accy.frontends.onnx_functions import function_body
+
+        types = [self.type_proto(n) for n in node.proto.input]
+        body = None if len(self.outer) > 8 else function_body(node.proto, self.opset, types)
+        if body is None:
+            raise self.unsupported(f"op '{node.op_type}' "
+                                   f"({UNSUPPORTED.get(node.op_type, NO_MAPPING)})")
+        nodes, opset = body
+        consumed = {i for n in nodes for i in n.input} | set(node.outputs)
+        outer_opset = self.opset
+        self.outer.append((node, outer_opset))
+        try:
+            self.opset = opset
+            for index, proto in enumerate(nodes):
+                if proto.domain not in ("", "ai.onnx"):
+                    self.node = _Node(proto, index)
+                    raise self.unsupported(f"op '{proto.op_type}' of domain '{proto.domain}'")
+                self.node = _Node(proto, index)
+                self.import_node(self.node, consumed)
+        finally:
+            self.outer.pop()
+            self.opset = outer_opset
+        self.node = node
+        for name in node.outputs:
+            if name and name not in self.env:
+                raise self.unsupported(f"output '{name}' of {node.op_type}'s function body")
+
+    def type_proto(self, name: str) -> Any:
+        """The ONNX type of a tensor in ``env`` (what context-dependent functions read)."""
+        onnx = _onnx()
+        if not name or name not in self.env:
+            return onnx.TypeProto()
+        x = self.env[name]
+        el = self.el(x)
+        code = next((c for c, e in ELEMENTS.items() if e == el), None)
+        if code is None:
+            return onnx.TypeProto()
+        return onnx.helper.make_tensor_type_proto(code, [d if d is not None else "?"
+                                                         for d in self.shape(x)])
 
     def input_type(self, vi: Any) -> TensorType:
         tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
@@ -412,7 +466,7 @@ class _Importer:
         return self.value(a), self.value(b)
 
     def check_float(self, x: T, what: str = "") -> None:
-        if self.el(x) not in ("f32", "f16", "bf16", "float64"):
+        if self.el(x) not in ("f32", "f16", "bf16", "f64"):
             raise self.unsupported(f"{what or 'the op'} on {self.el(x)} tensors")
 
     # -- ops (constants fold with NumPy)
@@ -740,7 +794,7 @@ def _trig(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 def _mod(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     a, b = ins
     fmod = int(n.get("fmod", 0))
-    if imp.el(a) in ("f32", "f16", "bf16", "float64"):
+    if imp.el(a) in ("f32", "f16", "bf16", "f64"):
         if not fmod:
             raise imp.error("Mod of floating-point tensors needs fmod=1")
         q = imp.binary("div", a, b)
@@ -1066,26 +1120,69 @@ def _size(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
 @_op("Concat")
 def _concat(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     xs = [x for x in ins if x is not None]
-    if not all(_is_const(x) for x in xs):
-        raise imp.unsupported("Concat of runtime tensors (needs a concat semantic op)")
-    return [np.concatenate(xs, axis=int(n.get("axis", 0)))]
+    if not xs:
+        raise imp.error("needs at least one input")
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(xs[0]))[0]
+    if all(_is_const(x) for x in xs):
+        return [np.concatenate(xs, axis=axis)]
+    el = next(imp.el(x) for x in xs if not _is_const(x))
+    vs = [imp.value(x, el) for x in xs if imp.shape(x)[axis] != 0]
+    if len(vs) == 1:
+        return [vs[0]]
+    return [imp.p.op("concat", vs, {"axis": IntegerAttr(axis)})]
+
+
+def _ints_attr(values: Sequence[int]) -> DenseArrayAttr:
+    return DenseArrayAttr(tuple(int(v) for v in values))
+
+
+def _static(imp: _Importer, x: T, what: str) -> tuple[int, ...]:
+    s = imp.shape(x)
+    if None in s:
+        raise imp.unsupported(f"{what} of a tensor with unknown dims (bind the input shapes)")
+    return tuple(int(d) for d in s)  # type: ignore[arg-type]
+
+
+def _slice_value(imp: _Importer, x: T, starts: Sequence[int], sizes: Sequence[int],
+                 steps: Sequence[int]) -> T:
+    """``x`` sliced per dim (``starts``, ``sizes``, ``steps`` already clamped)."""
+    shape = imp.shape(x)
+    if list(starts) == [0] * len(shape) and all(st == 1 for st in steps) and \
+            tuple(sizes) == shape:
+        return x
+    if _is_const(x):
+        index = tuple(st + sp * np.arange(sz) for st, sz, sp in zip(starts, sizes, steps))
+        return np.array(x[np.ix_(*index)]) if x.ndim else x
+    return imp.p.op("slice", [x], {"starts": _ints_attr(starts), "sizes": _ints_attr(sizes),
+                                   "steps": _ints_attr(steps)})
 
 
 @_op("Gather")
 def _gather(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     data, idx = ins
-    if not (_is_const(data) and _is_const(idx)):
-        raise imp.unsupported("Gather of runtime tensors (needs a gather semantic op)")
-    axis = int(n.get("axis", 0))
-    dim = data.shape[axis]
-    return [np.take(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(data))[0]
+    if _is_const(data) and _is_const(idx):
+        dim = data.shape[axis]
+        return [np.take(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    if imp.el(idx) not in ("i32", "i64", "i8", "i16"):
+        raise imp.unsupported(f"Gather with {imp.el(idx)} indices")
+    return [imp.p.op("gather", [imp.value(data), imp.value(idx)], {"axis": IntegerAttr(axis)})]
+
+
+@_op("GatherElements")
+def _gather_elements(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    data, idx = ins
+    axis = imp.norm_axes([int(n.get("axis", 0))], imp.rank(data))[0]
+    if _is_const(data) and _is_const(idx):
+        dim = data.shape[axis]
+        return [np.take_along_axis(data, np.where(idx < 0, idx + dim, idx), axis=axis)]
+    return [imp.p.op("gather_elements", [imp.value(data), imp.value(idx)],
+                     {"axis": IntegerAttr(axis)})]
 
 
 @_op("Slice")
 def _slice(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
     data = ins[0]
-    if not _is_const(data):
-        raise imp.unsupported("Slice of a runtime tensor (needs a slice semantic op)")
     if imp.opset < 10:
         starts, ends = n.get("starts"), n.get("ends")
         axes, steps = n.get("axes"), None
@@ -1096,13 +1193,98 @@ def _slice(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
             else None
         steps = imp.const(ins[4], "'steps'").tolist() if len(ins) > 4 and ins[4] is not None \
             else None
-    r = data.ndim
-    axes = list(range(len(starts))) if axes is None else [int(a) % r for a in axes]
+    shape = _static(imp, data, "Slice")
+    r = len(shape)
+    axes = list(range(len(starts))) if axes is None else imp.norm_axes(axes, r)
     steps = [1] * len(starts) if steps is None else steps
-    index = [slice(None)] * r
-    for a, s, e, st in zip(axes, starts, ends, steps):
-        index[a] = slice(int(s), int(e), int(st))
-    return [np.array(data[tuple(index)])]
+    first, sizes, step = [0] * r, list(shape), [1] * r
+    for a, st, e, sp in zip(axes, starts, ends, steps):
+        sp = int(sp)
+        if sp == 0:
+            raise imp.error("Slice steps must be nonzero")
+        rng = range(shape[a])[slice(int(st), int(e), sp)]
+        first[a], sizes[a], step[a] = (rng.start if len(rng) else 0), len(rng), sp
+    return [_slice_value(imp, data, first, sizes, step)]
+
+
+@_op("Split")
+def _split(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, "Split")
+    axis = imp.norm_axes([int(n.get("axis", 0))], len(shape))[0]
+    dim = shape[axis]
+    if imp.opset < 13:
+        split = n.get("split")
+    else:
+        split = imp.const(ins[1], "'split'").tolist() if len(ins) > 1 and ins[1] is not None \
+            else None
+    if split is None:
+        parts = int(n.get("num_outputs", len(n.outputs)))
+        chunk = -(-dim // parts)
+        split = [min(chunk, dim - k * chunk) for k in range(parts)]
+    if sum(int(s) for s in split) != dim or any(int(s) < 0 for s in split):
+        raise imp.error(f"split {list(split)} does not sum to dim {dim}")
+    outs, off = [], 0
+    for size in split:
+        first = [0] * len(shape)
+        sizes = list(shape)
+        first[axis], sizes[axis] = off, int(size)
+        outs.append(_slice_value(imp, x, first, sizes, [1] * len(shape)))
+        off += int(size)
+    return outs
+
+
+@_op("Pad")
+def _pad(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, "Pad")
+    r = len(shape)
+    mode = n.get("mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise imp.error(f"Pad mode '{mode}' is not constant, edge, reflect or wrap")
+    if imp.opset < 11:
+        pads = [int(p) for p in n.get("pads", n.get("paddings", []))]
+        value: T = imp.scalar(float(n.get("value", 0.0)), x)
+        axes = list(range(r))
+    else:
+        pads = [int(p) for p in imp.const(ins[1], "'pads'").reshape(-1)]
+        value = ins[2] if len(ins) > 2 and ins[2] is not None else imp.scalar(0, x)
+        axes = imp.norm_axes(imp.const(ins[3], "'axes'").reshape(-1).tolist(), r) \
+            if len(ins) > 3 and ins[3] is not None else list(range(r))
+    if len(pads) != 2 * len(axes):
+        raise imp.error(f"pads {pads} need two values per axis ({len(axes)} axes)")
+    low, high = [0] * r, [0] * r
+    for k, a in enumerate(axes):
+        low[a], high[a] = pads[k], pads[k + len(axes)]
+    v = imp.reshape(value, ())
+    return [imp.p.op("pad", [imp.value(x), imp.value(v, imp.el(x))],
+                     {"low": _ints_attr(low), "high": _ints_attr(high),
+                      "mode": StringAttr(mode)})]
+
+
+@_op("ArgMax", "ArgMin")
+def _argmax(imp: _Importer, n: _Node, ins: list[T]) -> list[T]:
+    x = ins[0]
+    shape = _static(imp, x, n.op_type)
+    r = len(shape)
+    axis = imp.norm_axes([int(n.get("axis", 0))], r)[0]
+    keep = bool(int(n.get("keepdims", 1)))
+    last = bool(int(n.get("select_last_index", 0)))
+    dim = shape[axis]
+    if _is_const(x):
+        f = np.argmax if n.op_type == "ArgMax" else np.argmin
+        y = dim - 1 - f(np.flip(x, axis), axis=axis) if last else f(x, axis=axis)
+        y = np.asarray(y, dtype=np.int64)
+        return [np.expand_dims(y, axis) if keep else y]
+    # the first (last) position holding the extreme value; a NaN is the extreme (NumPy)
+    m = imp.reduce("max" if n.op_type == "ArgMax" else "min", x, [axis], True)
+    hit = imp.cmp("eq", x, m)
+    if imp.el(x) in ("f32", "f16", "bf16", "f64"):
+        hit = imp.select(imp.cmp("ne", x, x), np.array(True), hit)
+    iota = np.arange(dim, dtype=np.int64).reshape([dim if i == axis else 1 for i in range(r)])
+    miss = np.array(-1 if last else dim, dtype=np.int64)
+    pos = imp.select(hit, iota, miss)
+    return [imp.reduce("max" if last else "min", pos, [axis], keep)]
 
 
 @_op("Range")
@@ -1286,11 +1468,11 @@ UNSUPPORTED = {
         "Conv", "ConvTranspose", "ConvInteger", "DeformConv", "AveragePool", "MaxPool",
         "LpPool", "MaxUnpool", "QLinearConv", "Col2Im", "CausalConvWithState")},
     **{op: "needs a gather/scatter/index semantic op" for op in (
-        "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter",
-        "TensorScatter", "NonZero", "Compress", "Unique", "TopK", "ArgMax", "ArgMin",
+        "GatherND", "ScatterElements", "ScatterND", "Scatter",
+        "TensorScatter", "NonZero", "Compress", "Unique", "TopK",
         "Hardmax", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")},
     **{op: "needs a data-movement semantic op (slice, concat, pad, resize)" for op in (
-        "Split", "Pad", "Resize", "Upsample", "CenterCropPad", "ReverseSequence",
+        "Resize", "Upsample", "CenterCropPad", "ReverseSequence",
         "GridSample", "AffineGrid", "RoiAlign")},
     **{op: "needs control flow or sequences" for op in (
         "If", "Loop", "Scan", "SequenceMap", "SequenceEmpty", "SequenceLength",
@@ -1314,13 +1496,12 @@ UNSUPPORTED = {
     "Atan": "needs an inverse trigonometric semantic op",
     "Einsum": "needs general contractions (einsum) beyond matmul",
     "Det": "needs a determinant semantic op",
-    "Attention": "needs slice/concat for its cache inputs; the plain form is a follow-up",
 }
 
 SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "Tile": (1,),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "Slice": (1, 2, 3, 4), "OneHot": (1, 2),
-    "Trilu": (1,), "Gather": (1,),
+    "Trilu": (1,), "Gather": (1,), "Split": (1,), "Pad": (1, 3),
     **{op: (1,) for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceL1",
                            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }

@@ -30,7 +30,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-ALL_DTYPES = frozenset({"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64"})
+ALL_DTYPES = frozenset({"f32", "f16", "bf16", "f64", "i1", "i8", "i16", "i32", "i64", "ui8",
+                        "ui16", "ui32", "ui64"})
 
 HOST_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c11", "-fno-math-errno")
 

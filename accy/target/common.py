@@ -19,17 +19,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accy.choir.attributes import DenseArrayAttr, DenseElementsAttr, StringAttr, TensorType
+from accy.choir.attributes import (
+    DenseArrayAttr,
+    DenseElementsAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+)
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
+from accy.dialects.prim import DATA_OPS
 from accy.errors import AccyError
 
 LANE = "@L"
 
 STORAGE = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short", "f64": "double",
            "i1": "unsigned char", "i8": "signed char", "i16": "short", "i32": "int",
-           "i64": "long long", "index": "long long"}
+           "i64": "long long", "index": "long long", "ui8": "unsigned char",
+           "ui16": "unsigned short", "ui32": "unsigned int", "ui64": "unsigned long long"}
 COMPUTE = {"f32": "float", "f16": "float", "bf16": "float", "f64": "double", "i1": "int",
-           "i8": "int", "i16": "int", "i32": "int", "i64": "long long", "index": "long long"}
+           "i8": "int", "i16": "int", "i32": "int", "i64": "long long", "index": "long long",
+           "ui8": "int", "ui16": "int", "ui32": "long long", "ui64": "unsigned long long"}
+"""ui8/ui16/ui32 compute in a wider signed type (every value fits) and wrap after each op;
+ui64 computes in ``unsigned long long``."""
 
 UNARY_F = {"neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})",
            "sqrt": "sqrt{f}({0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
@@ -97,6 +108,12 @@ static inline unsigned short accy_f2bf(float f) {
 }
 static inline int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
 static inline long long accy_idiv_ll(long long a, long long b) { return b == 0 ? 0 : a / b; }
+static inline unsigned long long accy_idiv_ull(unsigned long long a, unsigned long long b) {
+  return b == 0 ? 0 : a / b;
+}
+static inline unsigned long long accy_ipow_ull(unsigned long long a, unsigned long long b) {
+  unsigned long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
 static inline int accy_ipow_int(int a, int b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   int r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
@@ -149,6 +166,8 @@ def literal(value: object, el: str) -> str:
     if el == "i1":
         return "1" if value else "0"
     v = int(value)  # type: ignore[call-overload]
+    if ct == "unsigned long long":
+        return f"{v % (1 << 64)}ULL"
     return f"{v}LL" if ct == "long long" else str(v)
 
 
@@ -173,11 +192,14 @@ def store_convert(val: str, el: str) -> str:
 
 
 def round_compute(val: str, el: str) -> str:
-    """Round a computed float to its element type (f16/bf16 store precision)."""
+    """Round a computed value to its element type: f16/bf16 store precision; i8/i16
+    wrap (they compute in ``int``, as the reference wraps every narrow result)."""
     if el == "f16":
         return f"accy_h2f(accy_f2h({val}))"
     if el == "bf16":
         return f"accy_bf2f(accy_f2bf({val}))"
+    if el in ("i8", "i16", "ui8", "ui16", "ui32"):
+        return f"(({COMPUTE[el]})({STORAGE[el]})({val}))"
     return val
 
 
@@ -296,6 +318,9 @@ class ExprBuilder:
         el = elem_of(op.results[0])
         if name in ("broadcast", "transpose"):
             return self.expr(op.operands[0], self.operand_index(op, idx), scope, lane)
+        if name in DATA_OPS:
+            return self.data_expr(op, tuple(i.replace(LANE, str(lane)) for i in idx), scope,
+                                  lane)
         if name == "constant":
             return self.constant(op, idx, lane)
         if name in ("reduce", "matmul"):
@@ -328,14 +353,86 @@ class ExprBuilder:
             else:
                 text = table[name].format(*args, f=f, one=one, zero=zero)
             return round_compute(text, el)
-        t = "ll" if COMPUTE[in_el] == "long long" else "int"
+        t = {"long long": "ll", "unsigned long long": "ull"}.get(COMPUTE[in_el], "int")
         table = UNARY_I if len(args) == 1 else BINARY_I
         if name not in table:
             raise AccyError(f"'{op.op_name}' is not defined on integers")
         text = table[name].format(*args, t=t)
         if el == "i1":
             text = f"((int)(({text}) != 0))"
+        return round_compute(text, el)
+
+    def data_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        """``prim.slice|concat|pad|gather|gather_elements`` at ``idx`` (lanes resolved:
+        a remapped read is a scalar load). Every read is in bounds: an index that
+        selects another operand, a pad, or a gathered index out of range is clamped,
+        and the select picks the value."""
+        name = op.op_name.split(".", 1)[1]
+        spell = {"slice": self._slice, "gather": self._gather,
+                 "gather_elements": self._gather, "concat": self._concat,
+                 "pad": self._pad}[name]
+        return spell(op, idx, scope, lane)
+
+    def _slice(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        starts, steps = (_ints(op, k) for k in ("starts", "steps"))
+        return self.expr(op.operands[0], tuple(
+            _affine(i, sp, st) for i, st, sp in zip(idx, starts, steps)), scope, lane)
+
+    def _gather(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        src = shape_of(op.operands[0])
+        axis = _int(op, "axis") % len(src)
+        ishape = shape_of(op.operands[1])
+        if op.op_name.endswith(".gather"):
+            at = idx[axis:axis + len(ishape)]
+            rest = (idx[:axis], idx[axis + len(ishape):])
+        else:
+            at, rest = idx, (idx[:axis], idx[axis + 1:])
+        raw = self.expr(op.operands[1], at, scope, lane)
+        n = src[axis]
+        k = self.fresh("ix")
+        scope.lines.append(f"long long {k} = (long long)({raw});")
+        scope.lines.append(f"{k} = {k} < 0 ? {k} + {n}LL : {k};")
+        scope.lines.append(f"{k} = {_clamp(k, n)};")
+        return self.expr(op.operands[0], rest[0] + (k,) + rest[1], scope, lane)
+
+    def _concat(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        axis = _int(op, "axis") % len(shape_of(op.operands[0]))
+        a = idx[axis]
+        vals, bounds, off = [], [], 0
+        for v in op.operands:
+            n = shape_of(v)[axis]
+            if n == 0:
+                continue
+            at = idx[:axis] + (_clamp(f"({a}) - {off}", n),) + idx[axis + 1:]
+            vals.append(self.expr(v, at, scope, lane))
+            off += n
+            bounds.append(off)
+        text = vals[-1]
+        for val, bound in zip(reversed(vals[:-1]), reversed(bounds[:-1])):
+            text = f"(({a}) < {bound} ? ({val}) : {text})"
         return text
+
+    def _pad(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+        src = shape_of(op.operands[0])
+        low = _ints(op, "low")
+        mode = op.attr("mode")
+        mode_s = mode.value if isinstance(mode, StringAttr) else "constant"
+        at_l: list[str] = []
+        inside: list[str] = []
+        for i, n, lo in zip(idx, src, low):
+            j = f"({i}) - {lo}" if lo else i
+            at_l.append(_pad_index(mode_s, j, n))
+            if mode_s == "constant" and n == 0:
+                inside.append("0")
+            elif mode_s == "constant" and not (lo == 0 and i == "0"):
+                inside.append(f"(({j}) >= 0 && ({j}) < {n})")
+        if any(n == 0 for n in src):
+            return self.expr(op.operands[1], (), scope, lane)
+        val = self.expr(op.operands[0], tuple(at_l), scope, lane)
+        if not inside:
+            return val
+        fill = self.expr(op.operands[1], (), scope, lane)
+        return f"(({' && '.join(inside)}) ? ({val}) : ({fill}))"
 
     def cast(self, x: str, src: str, dst: str) -> str:
         if src == dst:
@@ -353,7 +450,7 @@ class ExprBuilder:
             lo, hi = _int_range(dst)
             return (f"(({x}) != ({x}) ? ({ct})0 : (({x}) <= (double){lo} ? ({ct}){lo} : "
                     f"(({x}) >= (double){hi} ? ({ct}){hi} : ({ct})({x}))))")
-        return f"({ct})({x})"
+        return round_compute(f"({ct})({x})", dst)
 
     def constant(self, op: Operation, idx: tuple[str, ...], lane: int) -> str:
         value = op.attr("value")
@@ -369,6 +466,44 @@ class ExprBuilder:
             self.tables.append(f"{qual} {COMPUTE[el]} {name}[{len(value.values)}] = {{{vals}}};")
             self.table_of[key] = name
         return f"{self.table_of[key]}[{self.offset(shape_of(op.results[0]), idx, lane)}]"
+
+
+def _ints(op: Operation, key: str) -> tuple[int, ...]:
+    a = op.attr(key)
+    assert isinstance(a, DenseArrayAttr), (op.op_name, key)
+    return a.values
+
+
+def _int(op: Operation, key: str) -> int:
+    a = op.attr(key)
+    assert isinstance(a, IntegerAttr), (op.op_name, key)
+    return a.value
+
+
+def _affine(i: str, scale: int, offset: int) -> str:
+    """``offset + i·scale`` as a C index expression."""
+    if i == "0":
+        return str(offset)
+    term = i if scale == 1 else f"({i})*{scale}" if scale != -1 else f"-({i})"
+    return term if offset == 0 else f"({offset} + {term})"
+
+
+def _pad_index(mode: str, j: str, n: int) -> str:
+    """The source index a padded position ``j`` of a dim of ``n`` reads, per mode."""
+    if mode in ("constant", "edge"):
+        return _clamp(j, n)
+    if mode == "wrap":
+        return f"(((({j}) % {n}) + {n}) % {n})"
+    p = 2 * (n - 1)  # reflect
+    t = f"(((({j}) % {p}) + {p}) % {p})" if p else "0"
+    return f"({t} >= {n} ? {p} - {t} : {t})" if p else "0"
+
+
+def _clamp(j: str, n: int) -> str:
+    """``j`` clamped into ``[0, n)`` (a read that stays in bounds whatever ``j`` is)."""
+    if n <= 1:
+        return "0"
+    return f"(({j}) < 0 ? 0 : (({j}) > {n - 1} ? {n - 1} : ({j})))"
 
 
 def _is_literal(text: str) -> bool:
@@ -391,7 +526,9 @@ def _is_lane(text: str) -> bool:
 
 
 def _int_range(el: str) -> tuple[str, str]:
-    return {"i8": ("-128", "127"), "i16": ("-32768", "32767"),
+    return {"i8": ("-128", "127"), "i16": ("-32768", "32767"), "ui8": ("0", "255"),
+            "ui16": ("0", "65535"), "ui32": ("0", "4294967295LL"),
+            "ui64": ("0ULL", "18446744073709551615ULL"),
             "i32": ("-2147483648", "2147483647"),
             "i64": ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
             "index": ("(-9223372036854775807LL - 1)", "9223372036854775807LL")}[el]

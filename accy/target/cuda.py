@@ -58,6 +58,14 @@ __device__ __forceinline__ int accy_idiv_int(int a, int b) { return b == 0 ? 0 :
 __device__ __forceinline__ long long accy_idiv_ll(long long a, long long b) {
   return b == 0 ? 0 : a / b;
 }
+__device__ __forceinline__ unsigned long long accy_idiv_ull(unsigned long long a,
+                                                            unsigned long long b) {
+  return b == 0 ? 0 : a / b;
+}
+__device__ __forceinline__ unsigned long long accy_ipow_ull(unsigned long long a,
+                                                            unsigned long long b) {
+  unsigned long long r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+}
 __device__ __forceinline__ int accy_ipow_int(int a, int b) {
   if (b < 0) return (a == 1) ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
   int r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;

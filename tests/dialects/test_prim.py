@@ -88,6 +88,12 @@ EVERY_OP = program(
     %i2 = "prim.add"(%i, %s2) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
     %i3 = "prim.cast"(%i2) : (tensor<4x8xf32>) -> tensor<4x8xi32>
     %i4 = "prim.neg"(%i3) : (tensor<4x8xi32>) -> tensor<4x8xi32>
+    %d1 = "prim.slice"(%a0) {starts = array<i64: 1, 7>, sizes = array<i64: 2, 4>, steps = array<i64: 2, -2>} : (tensor<4x8xf32>) -> tensor<2x4xf32>
+    %d2 = "prim.concat"(%a0, %a0) {axis = 0 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+    %z = "prim.constant"() {value = dense<0.0> : tensor<f32>} : () -> tensor<f32>
+    %d3 = "prim.pad"(%a0, %z) {low = array<i64: 1, 0>, high = array<i64: 0, -2>, mode = "constant"} : (tensor<4x8xf32>, tensor<f32>) -> tensor<5x6xf32>
+    %d4 = "prim.gather"(%a0, %a3) {axis = 0 : i64} : (tensor<4x8xf32>, tensor<4x8xi32>) -> tensor<4x8x8xf32>
+    %d5 = "prim.gather_elements"(%a0, %a3) {axis = 1 : i64} : (tensor<4x8xf32>, tensor<4x8xi32>) -> tensor<4x8xf32>
     "func.return"(%i2, %r, %q10, %m6, %i4) : (tensor<4x8xf32>, tensor<4x1xf32>, tensor<4x4x3xf32>, tensor<32xf32>, tensor<4x8xi32>) -> ()""")
 
 

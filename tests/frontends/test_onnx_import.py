@@ -144,10 +144,38 @@ def test_an_unsupported_op_is_one_line_naming_op_node_and_opset() -> None:
 
 
 def test_an_unsupported_dtype_is_a_frontend_error() -> None:
-    m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [4], TensorProto.DOUBLE)],
-              [vi("y", [4], TensorProto.DOUBLE)])
-    with pytest.raises(FrontendError, match="dtype DOUBLE of graph input 'x'"):
+    m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [4], TensorProto.STRING)],
+              [vi("y", [4], TensorProto.STRING)])
+    with pytest.raises(FrontendError, match="dtype STRING of graph input 'x'"):
         import_onnx(m)
+
+
+def test_f64_i8_i16_inputs_import() -> None:
+    for code, el in ((TensorProto.DOUBLE, "f64"), (TensorProto.INT8, "i8"),
+                     (TensorProto.INT16, "i16")):
+        m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [4], code)], [vi("y", [4], code)])
+        assert str(import_onnx(m).entry().function_type) == \
+            f"(tensor<4x{el}>) -> tensor<4x{el}>"
+
+
+def test_an_op_defined_by_a_function_imports_as_its_body() -> None:
+    m = model([h.make_node("Swish", ["x"], ["y"], name="sw", alpha=2.0)], [vi("x", [4])],
+              [vi("y", [4])], opset=24)
+    sm = import_onnx(m, file="m.onnx")
+    x = np.array([-2.0, -0.5, 0.0, 3.0], np.float32)
+    got = run_reference(sm.module, [x])[0]
+    np.testing.assert_allclose(got, x / (1 + np.exp(-2 * x)), rtol=1e-6)
+
+
+def test_an_unsupported_op_inside_a_function_body_names_both_nodes() -> None:
+    nodes = [h.make_node("Bernoulli", ["x"], ["y"], name="nll")]
+    m = model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=22)
+    with pytest.raises(FrontendError) as e:
+        import_onnx(m, file="m.onnx")
+    text = str(e.value)
+    assert "\n" not in text
+    assert "ONNX node 'nll' (Bernoulli, opset 22), in its function body: node '" in text
+    assert "(RandomUniformLike, opset 22): unsupported: op 'RandomUniformLike'" in text
 
 
 def test_a_bad_file_is_a_frontend_error(tmp_path) -> None:  # type: ignore[no-untyped-def]

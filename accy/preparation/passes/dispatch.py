@@ -2,10 +2,12 @@
 
 Fusion, in one forward walk over each function (producer → consumer):
 
-- ``prim.broadcast`` / ``prim.transpose`` and constants are *index maps*: they
+- ``prim.broadcast`` / ``prim.transpose`` / the data-movement ops (``slice
+  concat pad gather gather_elements``) and constants are *index maps*: they
   are never launches of their own; every region that reads through them
   clones them (a broadcast of a row statistic is a register read, a
-  transposed operand is a strided load);
+  transposed operand is a strided load, a slice an offset load, a gather a
+  load at an index loaded first);
 - an elementwise op joins the group of one of its producers when it iterates
   the same space: an elementwise group of its shape, a row group whose row
   (or reduced row) it is — a reduction's epilogue — or a matmul group whose
@@ -45,8 +47,12 @@ from accy.choir.ir import Block, BlockArgument, Operation, OpResult, Region, Val
 from accy.choir.passes import Pass, PassContext
 from accy.dialects import prim
 from accy.dialects.dispatch import SPLITS, RegionOp, YieldOp
+from accy.dialects.prim import DATA_OPS
 
-INDEX_OPS = frozenset({"prim.broadcast", "prim.transpose"})
+INDEX_OPS = frozenset({"prim.broadcast", "prim.transpose"} |
+                      {f"prim.{n}" for n in DATA_OPS})
+"""Index maps: broadcast, transpose and the data-movement ops (slice, concat, pad,
+gather, gather_elements), which read their operands at remapped (or loaded) indices."""
 ELEMENTWISE = prim.ELEMENTWISE_OPS
 
 
@@ -261,8 +267,9 @@ class _Former:
         for x, y in ((a, b), (b, a)):
             for op in x.ops:
                 for other, chain in self.producer_groups(op):
-                    if other is y and any(c.op_name in ("prim.reshape", "prim.transpose")
-                                          for c in chain):
+                    if other is y and any(c.op_name == "prim.reshape" or (
+                            c.op_name in INDEX_OPS and c.op_name != "prim.broadcast")
+                            for c in chain):
                         return False  # another element of the region, or its buffer
         return True
 

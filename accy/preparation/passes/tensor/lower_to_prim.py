@@ -5,6 +5,8 @@
 - ``reduce_sum|max|min`` over the last axis with keepdims (see
   ``innermost-reductions``) become ``prim.reduce {kind}``;
 - ``matmul`` broadcasts its operands' batch dims explicitly, then ``prim.matmul``;
+- the data-movement ops (``slice concat pad gather gather_elements``) rename: they
+  are index maps the dispatch stage fuses into the regions that read them;
 - every other op renames to its ``prim.`` twin.
 
 Composite ops and non-innermost reductions must be gone already
@@ -111,6 +113,7 @@ LOWERINGS: dict[str, Callable[[Builder, Operation], Value]] = {
     "semantic.cast": _rename,
     "semantic.constant": _rename,
     "semantic.transpose": _rename,
+    **{f"semantic.{n}": _rename for n in prim.DATA_OPS},
     "semantic.reshape": _rename,
     "semantic.broadcast_to": _broadcast_to,
     "semantic.reduce_sum": _reduce,
