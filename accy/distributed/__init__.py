@@ -29,6 +29,7 @@ Example
 from __future__ import annotations
 
 import importlib
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ _SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
+    "batch_cluster_kwargs", "batch_cluster_config", "default_workers",
     "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
     "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
     "touch", "unpin",
@@ -105,6 +107,35 @@ def local_cluster_kwargs() -> dict[str, Any]:
     {'preload': ['accy.distributed']}
     """
     return {"scheduler_kwargs": {"preload": [PRELOAD]}, "preload": [PRELOAD]}
+
+
+def default_workers() -> int:
+    """How many single-thread workers a local batch cluster starts: one per core but
+    one (the scheduler and the client share it), at least two."""
+    return max(2, (os.cpu_count() or 2) - 1)
+
+
+def batch_cluster_config() -> dict[str, Any]:
+    """The Dask configuration accy's local batch clusters start under."""
+    return {"distributed.scheduler.worker-saturation": "inf"}
+
+
+def batch_cluster_kwargs(workers: int | None = None) -> dict[str, Any]:
+    """``LocalCluster`` keyword arguments of a local batch cluster (start it under
+    ``dask.config.set(batch_cluster_config())``).
+
+    Example
+    -------
+    >>> batch_cluster_kwargs(3)["n_workers"], batch_cluster_kwargs(3)["threads_per_worker"]
+    (3, 1)
+    """
+    from accy.executable.device import gpu_available
+
+    kwargs: dict[str, Any] = dict(n_workers=workers or default_workers(), threads_per_worker=1,
+                                  processes=True, **local_cluster_kwargs())
+    if gpu_available():
+        kwargs["resources"] = {"GPU": 1}
+    return kwargs
 
 
 def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:
