@@ -116,8 +116,25 @@ def default_workers() -> int:
 
 
 def batch_cluster_config() -> dict[str, Any]:
-    """The Dask configuration accy's local batch clusters start under."""
-    return {"distributed.scheduler.worker-saturation": "inf"}
+    """The Dask configuration accy's local batch clusters start under.
+
+    A batch is thousands of tasks of 1–100 ms each:
+
+    - ``worker-saturation: inf`` — every runnable task goes to a worker at
+      once; queueing root tasks on the scheduler (the default 1.1) makes each
+      worker wait a scheduler round trip between two short tasks.
+    - ``worker.profile.enabled: False`` — the statistical profiler samples each
+      worker thread every 10 ms (under the GIL, next to tasks of a few ms);
+      turn it back on to profile a batch.
+
+    What this cannot change: a trivial task's ~10 ms round trip is the
+    client's batched stream to the scheduler, which sends at most every 10 ms
+    (``BatchedSend(interval="10ms")`` in ``Client``, not a config key): a
+    ``submit`` right after a ``result`` waits out the window. A batch pays it
+    once (one graph message); a fully reused refresh pays none (one RPC).
+    """
+    return {"distributed.scheduler.worker-saturation": "inf",
+            "distributed.worker.profile.enabled": False}
 
 
 def batch_cluster_kwargs(workers: int | None = None) -> dict[str, Any]:
