@@ -153,6 +153,19 @@ def trivial_round_trip(client: Any, n: int = 30) -> float:
     return statistics.median(times)
 
 
+def _short_send_round_trip(client: Any) -> float:
+    """Diagnosis only: the round trip with the client's batched stream sending every 1 ms
+    instead of Client's hard-coded 10 ms (not a config key; accy does not do this)."""
+    comm = client.scheduler_comm
+    old = comm.interval
+    comm.interval = 0.001
+    try:
+        trivial_round_trip(client, 5)
+        return trivial_round_trip(client)
+    finally:
+        comm.interval = old
+
+
 def plain_dask_round_trip(workers: int) -> float:
     """The same round trip on a plain LocalCluster (Dask's defaults, no accy)."""
     from distributed import Client, LocalCluster
@@ -177,18 +190,25 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     out: dict[str, Any] = {}
     kwargs = batch_cluster_kwargs(workers)
     kwargs["dashboard_address"] = ":0"
-    with dask.config.set(batch_cluster_config()), LocalCluster(**kwargs) as cluster, \
+    config = batch_cluster_config()
+    if profile:  # the statistical profiler is off on accy's clusters
+        config["distributed.worker.profile.enabled"] = True
+    with dask.config.set(config), LocalCluster(**kwargs) as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(workers)
         store = tempfile.mkdtemp(prefix="accy-bench-store-")
         run_batch(client, warm, store_url=store)
         for name, vs in sets.items():
-            if profile and name == "distinct":
-                result = _profiled(client, vs, store, profile)
-            else:
-                result = run_batch(client, vs, store_url=store)
+            result = run_batch(client, vs, store_url=store)
             rep = result.report()
+            ran: dict[str, list[int]] = {}
+            for o in result.outcomes:
+                for rc in o.receipts:
+                    if not rc.reused and not rc.skipped:
+                        ran.setdefault(rc.stage, []).append(rc.elapsed_ns)
             out[name] = {"wall_s": round(result.wall_s, 3),
+                         "stage_ms": {k: round(statistics.mean(v) / 1e6, 2)
+                                      for k, v in ran.items()},
                          "variants_per_s": round(len(vs) / result.wall_s, 2),
                          "ok": rep["summary"]["ok"], "stage_runs": rep["summary"]["stage_runs"],
                          "reuses": rep["summary"]["reuses"],
@@ -206,10 +226,15 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
             reuse_times.append(time.perf_counter() - t0)
             assert all(r.reused or r.skipped for r in o.receipts), o.receipts
         rt = trivial_round_trip(client)
+        out["trivial_round_trip_client_send_1ms"] = round(_short_send_round_trip(client) * 1e3, 3)
         out["fully_reused_refresh_ms"] = round(statistics.median(reuse_times) * 1e3, 3)
         out["trivial_round_trip_ms"] = round(rt * 1e3, 3)
         if big is not None:
             out["big"] = _big(client, big)
+        if profile:  # other shapes, a fresh store: the profiled batch is not a figure above
+            n = len(sets["distinct"])
+            _profiled(client, distinct_variants(n, vs[0].target, first_rows=8 * n + 4),
+                      tempfile.mkdtemp(prefix="accy-bench-prof-"), profile)
         unpin(client)
     return out
 
@@ -322,9 +347,10 @@ def main() -> None:
             f"{k} accy {r['accy'][k]['variants_per_s']}/s"
             + (f" pool {r['pool'][k]['variants_per_s']}/s ratio {r['ratio'][k]}"
                if "pool" in r else "") for k in sets)
-            + f"; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
+            + f"; stage ms {r['accy']['distinct']['stage_ms']}; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
               f"accy {r['accy']['trivial_round_trip_ms']} ms, plain Dask "
-              f"{r['plain_dask_round_trip_ms']} ms", file=sys.stderr, flush=True)
+              f"{r['plain_dask_round_trip_ms']} ms, client sending every 1 ms "
+              f"{r['accy']['trivial_round_trip_client_send_1ms']} ms", file=sys.stderr, flush=True)
         if "big" in r["accy"]:
             print(f"big: {r['accy']['big']}", file=sys.stderr, flush=True)
     text = json.dumps(out, indent=2)
