@@ -208,6 +208,9 @@ class ChainResult:
 
     @property
     def result(self) -> Any:
+        if self._result is None and self.kind == "stored-fragment":
+            self._result = _stored_fragment(self.receipts, self.load)
+            self.kind = "fragment"
         if self._result is None and self._wire is not None:
             if self.kind == "stage":
                 self._result = StageResult.from_wire(self._wire)
@@ -221,7 +224,10 @@ class ChainResult:
     def to_wire(self) -> bytes:
         import msgpack
 
-        body = self._wire if self._wire is not None else self._result.to_wire()
+        if self.kind == "stored-fragment":
+            body = b""
+        else:
+            body = self._wire if self._wire is not None else self._result.to_wire()
         return msgpack.packb([b"accy-chain", self.kind, self.receipts, self.load, body],
                              use_bin_type=True)
 
@@ -234,7 +240,7 @@ class ChainResult:
         try:
             tag, kind, receipts, load, body = msgpack.unpackb(bytes(data), raw=False,
                                                               strict_map_key=False)
-            if tag != b"accy-chain" or kind not in ("stage", "fragment"):
+            if tag != b"accy-chain" or kind not in ("stage", "fragment", "stored-fragment"):
                 raise ValueError("tag")
         except Exception as e:
             raise WireFormatError(f"malformed chain result: {type(e).__name__}") from None
@@ -244,6 +250,49 @@ class ChainResult:
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("ChainResult never pickles: it travels as msgpack")
+
+    def by_store_reference(self, store_url: str | None) -> ChainResult:
+        """A chain ending in compile/load whose binary is in the store moves without it:
+        a reader (a reload, ``accy.distributed.api.run``) reads it back by its compile
+        key, so gathering a variant's receipts never carries its binary."""
+        if store_url is None or self.kind != "fragment" or "compile" not in self.receipts:
+            return self
+        compiled = self._result
+        if compiled is not None and not _store_holds(store_url, compiled.key.hex):
+            return self
+        out = ChainResult(self.receipts, compiled, self.load, "stored-fragment")
+        out.receipts = dict(self.receipts, compile=dict(self.receipts["compile"],
+                                                        store=store_url))
+        return out
+
+
+def _store_holds(store_url: str, key_hex: str) -> bool:
+    try:
+        return _store(store_url).get(key_hex, kind="fragment") is not None
+    except Exception:  # noqa: BLE001 - an unreadable tier: keep the binary in the value
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _read_fragment(store_url: str, key_hex: str) -> Any:
+    from accy.executable.compile import CompiledFragment
+
+    def check(c: Any) -> str | None:
+        if c.key.hex != key_hex:
+            return f"entry was made for compile key {c.key.hex[:12]}, not {key_hex[:12]}"
+        return None if c.binary else "entry holds no binary"
+
+    compiled, why = read_back(_store(store_url), key_hex, "fragment", CompiledFragment.from_wire,
+                              check)
+    if compiled is None:
+        raise InputLost(f"the compiled fragment {key_hex[:12]} is neither held nor stored "
+                        f"({why}); refresh again to recompile it", "compile", "compile")
+    return compiled
+
+
+def _stored_fragment(receipts: dict[str, Any], load: Any) -> Any:
+    c = receipts.get("compile") or {}
+    return _read_fragment(c.get("store"), c.get("key"))
 
 
 def stage_receipt(result: StageResult, node: str) -> dict[str, Any]:
@@ -377,7 +426,8 @@ def chain_task(steps: list[list[str]], prev: Any, request: dict[str, Any],
             raise
     if compiled is None and load is not None:
         compiled = compiled_of(value)
-    return ChainResult(receipts, compiled if compiled is not None else value, load)
+    out = ChainResult(receipts, compiled if compiled is not None else value, load)
+    return out.by_store_reference(store_url) if compiled is not None else out
 
 
 def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:

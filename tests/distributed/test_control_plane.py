@@ -139,3 +139,27 @@ def test_the_published_state_is_bounded():
     assert plugin.resolve(requests=[{"semantic": "00", "stages": [], "variant": "x",
                                      "program": "p", "target": "host"}])[
         "results"][0]["nearest"] == {"program": "p", "target": "host"}
+
+
+def test_a_chain_result_moves_without_its_binary_when_the_store_holds_it(tmp_path):
+    from distributed.protocol import deserialize, serialize
+
+    from accy.distributed.batch import _request
+    from accy.preparation.products import SemanticModule
+
+    v = Variant(str(GRAPHS / "softmax.mlir"), "cuda:sm_90", {0: (8, 256)})
+    steps = [[s, "x"] for s in (*STAGES, "compile")]
+    store = str(tmp_path / "store")
+    out = graph.chain_task(steps, SemanticModule.from_file(v.program), _request(v).to_dict(),
+                           store)
+    binary = out.result.binary
+    header, frames = serialize(out, serializers=("dask",))
+    assert sum(len(bytes(f)) for f in frames) < len(binary)  # the receipts, not the cubin
+    moved = deserialize(header, frames)
+    assert moved.receipts["compile"]["key"] == out.result.key.hex
+    assert moved.result.binary == binary  # read back from the store by its compile key
+    # without a store the binary travels in the value
+    alone = graph.chain_task(steps, SemanticModule.from_file(v.program),
+                             _request(v).to_dict(), None)
+    h2, f2 = serialize(alone, serializers=("dask",))
+    assert deserialize(h2, f2).result.binary == alone.result.binary
