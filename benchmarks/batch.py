@@ -119,7 +119,7 @@ def pool_refresh(item: tuple[str, str, dict[int, tuple[int, ...]], dict[str, Any
     req = PreparationRequest(source=program, variant="", options=RunOptions.parse(target, options),
                              shapes=dict(shapes))
     update = FragmentCompilerCache().refresh_from_semantic_module(module, req)
-    return len(update.report.receipts) if hasattr(update.report, "receipts") else 1
+    return next((r.elapsed_ns for r in update.report.receipts if r.stage == "compile"), 0)
 
 
 def _items(vs: list[Any]) -> list[Any]:
@@ -135,9 +135,10 @@ def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> d
         list(pool.map(pool_refresh, _items(warm)))
         for name, vs in sets.items():
             t0 = time.perf_counter()
-            list(pool.map(pool_refresh, _items(vs)))
+            compiles = list(pool.map(pool_refresh, _items(vs)))
             wall = time.perf_counter() - t0
-            out[name] = {"wall_s": round(wall, 3), "variants_per_s": round(len(vs) / wall, 2)}
+            out[name] = {"wall_s": round(wall, 3), "variants_per_s": round(len(vs) / wall, 2),
+                         "compile_ms": round(statistics.mean(compiles) / 1e6, 2)}
     return out
 
 
@@ -178,7 +179,7 @@ def plain_dask_round_trip(workers: int) -> float:
 
 
 def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
-                 profile: str | None, big: list[Any] | None) -> dict[str, Any]:
+                 profile: str | None) -> dict[str, Any]:
     import dask.config
     from distributed import Client, LocalCluster
 
@@ -229,8 +230,6 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
         out["trivial_round_trip_client_send_1ms"] = round(_short_send_round_trip(client) * 1e3, 3)
         out["fully_reused_refresh_ms"] = round(statistics.median(reuse_times) * 1e3, 3)
         out["trivial_round_trip_ms"] = round(rt * 1e3, 3)
-        if big is not None:
-            out["big"] = _big(client, big)
         if profile:  # other shapes, a fresh store: the profiled batch is not a figure above
             n = len(sets["distinct"])
             _profiled(client, distinct_variants(n, vs[0].target, first_rows=8 * n + 4),
@@ -239,8 +238,41 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     return out
 
 
-def _big(client: Any, vs: list[Any]) -> dict[str, Any]:
-    """The big sweep in a fresh store; the client's peak RSS sampled every 50 ms."""
+def big_in_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
+    """The big sweep as ``accy batch`` runs it: a fresh process (client and, as in every
+    ``LocalCluster``, the scheduler), a fresh cluster and store."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--big-child",
+                          "--workers", str(workers), "--target", target]
+                         + (["--big-limit", str(limit)] if limit else []),
+                         capture_output=True, text=True, check=False)
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": out.stderr[-2000:]}
+
+
+def big_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
+    import dask.config
+    from distributed import Client, LocalCluster
+
+    from accy.distributed import batch_cluster_config, batch_cluster_kwargs
+    from accy.distributed.batch import run_batch
+
+    kwargs = batch_cluster_kwargs(workers)
+    kwargs["dashboard_address"] = ":0"
+    with dask.config.set(batch_cluster_config()), LocalCluster(**kwargs) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers)
+        store = tempfile.mkdtemp(prefix="accy-bench-big-")
+        run_batch(client, distinct_variants(len(PROGRAMS) * workers, target, first_rows=4),
+                  store_url=store)
+        return _big(client, big_sweep(target)[:limit], store)
+
+
+def _big(client: Any, vs: list[Any], store: str) -> dict[str, Any]:
+    """The big sweep; this process's peak RSS sampled every 50 ms."""
     import threading
 
     import psutil
@@ -259,7 +291,7 @@ def _big(client: Any, vs: list[Any]) -> dict[str, Any]:
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
-        result = run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-big-"))
+        result = run_batch(client, vs, store_url=store)
     finally:
         stop.set()
         t.join()
@@ -321,22 +353,26 @@ def main() -> None:
     ap.add_argument("--shared", type=int, default=None,
                     help="variants in the shared-stage sweep (default: --variants)")
     ap.add_argument("--big", action="store_true", help="add the 10,080-variant sweep")
+    ap.add_argument("--big-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--big-limit", type=int, default=None,
+                    help="only the first N variants of the big sweep (a smoke test)")
     ap.add_argument("--no-pool", action="store_true")
     ap.add_argument("--profile", default=None, metavar="DIR")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
     tgt = _tgt(args.target)
+    if args.big_child:
+        print(json.dumps(big_child(args.workers[-1], tgt, args.big_limit)))
+        return
     sets = {"distinct": distinct_variants(args.variants, tgt),
             "shared": shared_variants(args.shared or args.variants, tgt)}
-    big = big_sweep(tgt) if args.big else None
     out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
                            "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
     for w in args.workers:
         # warm-up: other shapes, one round per process
         warm = distinct_variants(len(PROGRAMS) * w, tgt, first_rows=4)
         r: dict[str, Any] = {"workers": w, "variants": {k: len(v) for k, v in sets.items()}}
-        r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None,
-                                 big if w == args.workers[-1] else None)
+        r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None)
         r["plain_dask_round_trip_ms"] = round(plain_dask_round_trip(w) * 1e3, 3)
         if not args.no_pool:
             r["pool"] = measure_pool(w, sets, warm)
@@ -347,17 +383,25 @@ def main() -> None:
             f"{k} accy {r['accy'][k]['variants_per_s']}/s"
             + (f" pool {r['pool'][k]['variants_per_s']}/s ratio {r['ratio'][k]}"
                if "pool" in r else "") for k in sets)
-            + f"; stage ms {r['accy']['distinct']['stage_ms']}; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
+            + f"; stage ms {r['accy']['distinct']['stage_ms']}"
+            + (f", pool compile ms {r['pool']['distinct']['compile_ms']}" if "pool" in r else "")
+            + f"; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
               f"accy {r['accy']['trivial_round_trip_ms']} ms, plain Dask "
               f"{r['plain_dask_round_trip_ms']} ms, client sending every 1 ms "
               f"{r['accy']['trivial_round_trip_client_send_1ms']} ms", file=sys.stderr, flush=True)
-        if "big" in r["accy"]:
-            print(f"big: {r['accy']['big']}", file=sys.stderr, flush=True)
-    text = json.dumps(out, indent=2)
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
-    print(text)
+        _write(out, args.output)
+    if args.big:
+        out["big"] = dict(big_in_child(args.workers[-1], tgt, args.big_limit),
+                          workers=args.workers[-1])
+        print(f"big: {out['big']}", file=sys.stderr, flush=True)
+        _write(out, args.output)
+    print(json.dumps(out, indent=2))
+
+
+def _write(out: dict[str, Any], path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

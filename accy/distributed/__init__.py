@@ -28,6 +28,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import time
@@ -60,7 +61,7 @@ _SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
-    "batch_cluster_kwargs", "batch_cluster_config", "default_workers",
+    "batch_cluster_kwargs", "batch_cluster_config", "default_workers", "gpu_visible",
     "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
     "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
     "touch", "unpin",
@@ -115,6 +116,22 @@ def default_workers() -> int:
     return max(2, (os.cpu_count() or 2) - 1)
 
 
+@functools.cache
+def gpu_visible() -> bool:
+    """Whether CuPy sees a GPU, asked in a child process: the client of a batch never
+    loads CuPy or creates a CUDA context (a few hundred MB of its RSS) for the question."""
+    import subprocess
+    import sys
+
+    probe = "from accy.executable.device import gpu_available; print(int(gpu_available()))"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.stdout.strip().endswith("1")
+
+
 def batch_cluster_config() -> dict[str, Any]:
     """The Dask configuration accy's local batch clusters start under.
 
@@ -146,11 +163,9 @@ def batch_cluster_kwargs(workers: int | None = None) -> dict[str, Any]:
     >>> batch_cluster_kwargs(3)["n_workers"], batch_cluster_kwargs(3)["threads_per_worker"]
     (3, 1)
     """
-    from accy.executable.device import gpu_available
-
     kwargs: dict[str, Any] = dict(n_workers=workers or default_workers(), threads_per_worker=1,
                                   processes=True, **local_cluster_kwargs())
-    if gpu_available():
+    if gpu_visible():
         kwargs["resources"] = {"GPU": 1}
     return kwargs
 
