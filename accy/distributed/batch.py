@@ -33,6 +33,7 @@ from accy.distributed.graph import (
     plan_refresh,
     resolution_request,
     resolve_many,
+    scatter_modules,
 )
 from accy.errors import AccyError
 from accy.pipeline import PREPARATION_NAMES
@@ -345,6 +346,10 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     all_gpu = bool(answer.get("all_gpu", gpu))
     graph = GraphBuilder()
     plans: list[RefreshPlan] = []
+    # the programs of variants with no published prefix, scattered in one round trip
+    starts = {m.fingerprint(): m for (_, m, _), r in zip(todo, answer["results"])
+              if fresh or not r.get("resolved")}
+    scattered.update(scatter_modules(client, list(starts.values())))
     for (_, mod, req), resolution in zip(todo, answer["results"]):
         if fresh:  # what the published state pointed at is gone: recompute it all
             resolution = {"resolved": [], "variant": resolution.get("variant"),

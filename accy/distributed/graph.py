@@ -506,12 +506,21 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     enters the graph as scattered data instead of a literal argument. It is
     replicated to every worker, so losing one worker loses no program.
     """
+    return scatter_modules(client, [module])[module.fingerprint()]
+
+
+def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any]:
+    """Several programs in one scatter (one round trip): fingerprint → future."""
     import uuid
 
     # A fresh key each time: re-scattering a key the scheduler is still
     # releasing would cancel the tasks that depend on it.
-    key = f"{TASK_PREFIX}semantic-{module.fingerprint()}-{uuid.uuid4().hex[:8]}"
-    return client.scatter({key: module}, hash=False, broadcast=True)[key]
+    tag = uuid.uuid4().hex[:8]
+    data = {f"{TASK_PREFIX}semantic-{m.fingerprint()}-{tag}": m for m in modules}
+    if not data:
+        return {}
+    futures = client.scatter(data, hash=False, broadcast=True)
+    return {m.fingerprint(): futures[k] for k, m in data.items()}
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,
