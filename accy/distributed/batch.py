@@ -1,11 +1,12 @@
 """Batch recompilation of many program variants on one Dask cluster.
 
 :func:`run_batch` asks the scheduler to resolve every variant's published
-prefix (one round trip), submits the remaining tasks of all variants as one
-graph (:mod:`accy.distributed.graph`; shared stage runs are one task), and as
-variants finish gathers each one's small receipts task and publishes its new
-entries with compare-and-swap — a failed variant publishes nothing and fails
-only itself. It returns the report INTERFACE.md describes.
+prefix (one round trip), submits the remaining stage runs of all variants as
+one graph of fused chain tasks (:mod:`accy.distributed.graph`; shared stage
+runs are one node), and as variants finish takes the receipts that come back
+with each one's last task and publishes their new entries in grouped
+compare-and-swaps — a failed variant publishes nothing and fails only
+itself. It returns the report INTERFACE.md describes.
 
 Example
 -------
@@ -229,7 +230,8 @@ class _Collector:
         ckey = plan.holders.get("compile")
         if compiled is not None and ckey is not None:
             entry_key = compile_entry_key(stage_keys.get("target", ""),
-                                          plan.request.run_options())
+                                          plan.request.run_options(),
+                                          plan.request.template("compile"))
             entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
                                   "key": compiled["key"], "fingerprint": compiled["key"],
                                   "elapsed_ns": compiled["elapsed_ns"],

@@ -1,28 +1,35 @@
-"""The refresh graph: one Dask task per stage run.
+"""The refresh graph: one node per stage run, linear chains fused into one task.
 
-A refresh of one variant is resolved on the client against the published
-cache state, then submitted:
+A refresh of one variant is resolved against the published cache state, then
+submitted:
 
 1. **Short-circuit.** From the semantic fingerprint, each stage's content key
    ``H(stage, version, input fingerprint, options)`` is looked up in the
    published entries, which record each product's output fingerprint — so
    the next stage's key follows. The scheduler plugin walks this chain next
    to the state (:mod:`accy.distributed.resolve`, one round trip for a whole
-   batch). The longest published prefix adds no task: the graph depends on
+   batch). The longest published prefix adds no node: the graph depends on
    the last prefix stage's held key (pinned by the plugin), or reads its
-   product from the artifact store when it is no longer pinned.
-2. **Submit the rest.** The remaining stages are tasks keyed
+   product from the artifact store when it is no longer held.
+2. **Nodes for the rest.** The remaining stages are nodes keyed
    ``("accy_<stage>", hex)``: the first by its content key, each later one by
-   a derivation key ``H(stage, version, previous task key, options)`` (its
-   input's fingerprint is not known until the previous task has run). Equal
-   keys are equal computations, so identical stage runs across variants and
-   concurrent refreshes are one task. Compile and load follow; for CUDA they
-   are restricted to workers with the ``GPU`` resource when there are any
-   (NVRTC needs no GPU, so without GPU workers CUDA variants still compile
-   anywhere and their load is reported as skipped).
-3. **Early cutoff inside the graph.** A stage task computes its real content
-   key from its input's fingerprint and first looks in the artifact store: a
-   stage whose input did not change after all is read back, not run.
+   a derivation key ``H(stage, version, previous node key, options)`` (its
+   input's fingerprint is not known until the previous stage has run). Equal
+   keys are equal computations, so identical stage runs across the variants
+   of a batch are one node. Compile and load follow; for CUDA they are
+   restricted to workers with the ``GPU`` resource when there are any (NVRTC
+   needs no GPU, so without GPU workers CUDA variants still compile anywhere
+   and their load is reported as skipped).
+3. **Fused into tasks.** :class:`GraphBuilder` fuses every node that only one
+   other node reads into that reader (Dask's ``fuse_linear`` rule): a chain
+   no other variant shares is one task (``accy_contract-load``), a node
+   several variants read ends a task of its own. Each stage inside a task is
+   still keyed, stored, reused and published by its own stage key; the task's
+   value (:class:`ChainResult`) carries the variant's receipts.
+4. **Early cutoff inside the task.** Each stage computes its real content key
+   from its input's fingerprint and first looks in the artifact store: a
+   stage whose input did not change after all is read back, not run (this is
+   also what dedupes a stage two concurrent batches fused differently).
 
 Products travel between workers as msgpack frames (registered serializers);
 the control plane (task specs, small dicts) is Dask's own.
@@ -97,7 +104,23 @@ class VariantRequest:
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def run_options(self) -> RunOptions:
-        return RunOptions.parse(self.target, self.options)
+        """The parsed options (parsed once: a batch asks for them at every step)."""
+        cached = self.__dict__.get("_run_options")
+        if cached is None:
+            cached = RunOptions.parse(self.target, self.options)
+            object.__setattr__(self, "_run_options", cached)
+        return cached
+
+    def template(self, stage_name: str) -> dict[str, Any]:
+        """The stage's key template for this variant (:func:`stage_template`, memoized)."""
+        memo = self.__dict__.get("_templates")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_templates", memo)
+        t = memo.get(stage_name)
+        if t is None:
+            t = memo[stage_name] = stage_template(stage_name, self.run_options(), self.shapes)
+        return t
 
     def preparation_request(self) -> PreparationRequest:
         return PreparationRequest(source=self.program, variant=self.variant,
@@ -173,14 +196,17 @@ def stage_template(stage_name: str, options: RunOptions, shapes: Any = None) -> 
 
 
 def content_key(stage_name: str, input_fingerprint: str, options: RunOptions,
-                shapes: Any = None) -> Any:
+                shapes: Any = None, template: dict[str, Any] | None = None) -> Any:
     """:meth:`accy.pipeline.Stage.key` (same fields, same key)."""
-    return make_key(dict(stage_template(stage_name, options, shapes), input=input_fingerprint))
+    t = template if template is not None else stage_template(stage_name, options, shapes)
+    return make_key(dict(t, input=input_fingerprint))
 
 
-def derived_key(stage_name: str, after: str, options: RunOptions, shapes: Any = None) -> Any:
+def derived_key(stage_name: str, after: str, options: RunOptions, shapes: Any = None,
+                template: dict[str, Any] | None = None) -> Any:
     """:meth:`accy.pipeline.Stage.derived_key` (same fields, same key)."""
-    return make_key(dict(stage_template(stage_name, options, shapes), after=after))
+    t = template if template is not None else stage_template(stage_name, options, shapes)
+    return make_key(dict(t, after=after))
 
 
 # ------------------------------------------------------------------ worker tasks
@@ -532,9 +558,8 @@ def resolution_request(module: SemanticModule, request: VariantRequest,
     """
     import json
 
-    options = request.run_options()
-    tmpls: list[Any] = [stage_template(s.name, options, request.shapes) for s in preparation()]
-    tmpls.append(stage_template("compile", options))
+    tmpls: list[Any] = [request.template(s.name) for s in preparation()]
+    tmpls.append(request.template("compile"))
     if templates is not None:
         ids = []
         for t in tmpls:
@@ -546,9 +571,10 @@ def resolution_request(module: SemanticModule, request: VariantRequest,
             "stages": tmpls[:-1], "compile": tmpls[-1]}
 
 
-def compile_entry_key(target_key: str, options: RunOptions) -> str:
+def compile_entry_key(target_key: str, options: RunOptions,
+                      template: dict[str, Any] | None = None) -> str:
     """Where the published state keeps the compile of a target product (by its key)."""
-    return derived_key("compile", target_key, options).hex
+    return derived_key("compile", target_key, options, template=template).hex
 
 
 @dataclass
@@ -692,8 +718,9 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         prev = graph.ref(cache[module.fingerprint()].key)
     for s in preparation()[len(resolved):]:
         # the first node's input is known by content; each later one's by the node before
-        dk = (derived_key(s.name, chain, options, shapes) if task_keys
-              else content_key(s.name, chain, options, shapes)).hex
+        t = request.template(s.name)
+        dk = (derived_key(s.name, chain, options, shapes, t) if task_keys
+              else content_key(s.name, chain, options, shapes, t)).hex
         prev = graph.node((f"{TASK_PREFIX}{s.name}", dk), s.name, prev, rd, store_url)
         task_keys[s.name] = prev
         chain = dk
@@ -702,7 +729,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     on_gpu = backend.needs_gpu and gpu_workers
     all_resolved = len(resolved) == len(PREPARATION_NAMES)
     target_key = resolved[-1].key if all_resolved else task_keys["target"][1]
-    entry_key = compile_entry_key(target_key, options)
+    entry_key = compile_entry_key(target_key, options, request.template("compile"))
     centry = resolution.get("compile") if all_resolved else None
     descriptor = (resolution.get("variant") or {}).get("fragment") or {}
     load_skipped = "no GPU" if backend.needs_gpu and not gpu_workers else None
@@ -722,7 +749,8 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         submitted.append("compile")
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:
-        lkey = (f"{TASK_PREFIX}load", derived_key("load", ckey[1], options).hex)
+        lkey = (f"{TASK_PREFIX}load",
+                derived_key("load", ckey[1], options, template=request.template("load")).hex)
         graph.node(lkey, "load", cprev, rd, store_url, gpu=on_gpu)
         task_keys["load"] = lkey
         submitted.append("load")
