@@ -1,13 +1,29 @@
-"""Batch recompilation throughput on a local Dask cluster; prints JSON.
+"""Batch recompilation throughput: accy's Dask batch beside a plain process pool; prints JSON.
 
-For each worker count: a fresh artifact store and a fresh LocalCluster
-(processes, one thread each), one batch of N distinct variants (variants/s,
-stage runs against distinct stage keys), then the same batch again (fully
-reused), the time of one fully reused refresh, and a trivial Dask round trip
-measured on the same cluster.
+For each worker count, in one run:
 
-    python3 benchmarks/batch.py --target host --workers 1 2
-    python3 benchmarks/batch.py --target cuda --workers 1 2 4 8      # on the GPU machine
+- **accy**: a fresh artifact store and a fresh ``LocalCluster`` built by
+  :func:`accy.distributed.batch_cluster_kwargs` (processes, one thread each,
+  the config accy uses for its clusters), a warm-up batch on other shapes,
+  then one batch of the *distinct* variants and one of the *shared-stage*
+  sweep (variants that share every stage but kernel and target);
+- **pool**: a ``concurrent.futures.ProcessPoolExecutor`` (spawn) with as many
+  processes, warmed up the same way, whose workers call
+  ``FragmentCompilerCache().refresh_from_semantic_module`` per variant (the
+  same six stages, cc/NVRTC, load), on the same two variant sets;
+
+and the ratio accy/pool of variants per second. Then, on the accy cluster:
+the distinct batch again (fully reused), one fully reused refresh, and a
+trivial Dask task round trip, on accy's cluster and on a plain Dask one.
+
+``--big`` adds the 10,080-variant sweep (5 row programs × 84 shapes × 4 block
+sizes × 3 vector widths × 2 fast-math) at the largest worker count: its time
+and the client's peak RSS. ``--profile DIR`` writes a cProfile of the client
+and Dask's statistical profiles of the scheduler and the workers for the
+distinct batch at the first worker count.
+
+    python3 benchmarks/batch.py --target host --workers 2 --variants 60
+    python3 benchmarks/batch.py --target cuda --workers 1 8 15 --big   # on the GPU machine
 """
 
 from __future__ import annotations
@@ -20,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -32,106 +49,359 @@ PROGRAMS = {  # program → shape bindings for a given row count
     "gelu_tanh.mlir": lambda r: {0: (r, 4096)},
     "residual_norm.mlir": lambda r: {0: (r, 1024), 1: (r, 1024)},
 }
+BIG_PROGRAMS = ("softmax.mlir", "layernorm.mlir", "rmsnorm.mlir", "bias_gelu.mlir",
+                "residual_norm.mlir")
+KERNEL_AXES = [{"kernel.block_size": b, "kernel.vector_width": w, "target.fast_math": f}
+               for b in (64, 128, 256, 512) for w in (1, 2, 4) for f in (False, True)]
+"""24 option combinations: they change only the kernel and target stages (and compile)."""
 
 
-def variants(n: int, target: str) -> list:  # type: ignore[type-arg]
-    from accy.preparation.options import Target
+def _variant(prog: str, target: str, rows: int, options: dict[str, Any] | None = None) -> Any:
     from accy.sweep import Variant
 
-    tgt = str(Target.parse(target))
-    out = []
-    rows = 8
+    return Variant(os.path.join(ROOT, "graphs", prog), target, PROGRAMS[prog](rows),
+                   dict(options or {}))
+
+
+def distinct_variants(n: int, target: str, first_rows: int = 8) -> list[Any]:
+    """``n`` variants sharing no stage: 6 row programs × row counts."""
+    out: list[Any] = []
+    rows = first_rows
     while len(out) < n:
-        for prog, shape in PROGRAMS.items():
+        for prog in PROGRAMS:
             if len(out) < n:
-                out.append(Variant(os.path.join(ROOT, "graphs", prog), tgt, shape(rows)))
+                out.append(_variant(prog, target, rows))
         rows += 8
     return out
 
 
-def trivial_round_trip(client) -> float:  # type: ignore[no-untyped-def]
+def shared_variants(n: int, target: str, first_rows: int = 16) -> list[Any]:
+    """``n`` variants in groups of 24 that share contract … memory (kernel options differ)."""
+    out: list[Any] = []
+    rows = first_rows
+    while len(out) < n:
+        for prog in PROGRAMS:
+            for opts in KERNEL_AXES:
+                if len(out) < n:
+                    out.append(_variant(prog, target, rows, opts))
+        rows += 16
+    return out
+
+
+def big_sweep(target: str) -> list[Any]:
+    """5 row programs × 84 shapes × 4 block sizes × 3 vector widths × 2 fast-math."""
+    return [_variant(prog, target, 8 * (k + 1) + 4, opts)
+            for prog in BIG_PROGRAMS for k in range(84) for opts in KERNEL_AXES]
+
+
+def _tgt(target: str) -> str:
+    from accy.preparation.options import Target
+
+    return str(Target.parse(target))
+
+
+# ------------------------------------------------------------------ the peer
+
+_MODULES: dict[str, Any] = {}
+
+
+def pool_refresh(item: tuple[str, str, dict[int, tuple[int, ...]], dict[str, Any]]) -> int:
+    """One variant in a pool process: the same six stages, compile and load."""
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import PreparationRequest
+
+    program, target, shapes, options = item
+    module = _MODULES.get(program)
+    if module is None:
+        module = _MODULES[program] = SemanticModule.from_file(program)
+    req = PreparationRequest(source=program, variant="", options=RunOptions.parse(target, options),
+                             shapes=dict(shapes))
+    update = FragmentCompilerCache().refresh_from_semantic_module(module, req)
+    return next((r.elapsed_ns for r in update.report.receipts if r.stage == "compile"), 0)
+
+
+def _items(vs: list[Any]) -> list[Any]:
+    return [(v.program, v.target, dict(v.shapes), dict(v.options)) for v in vs]
+
+
+def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> dict[str, Any]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    out: dict[str, Any] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(pool_refresh, _items(warm)))
+        for name, vs in sets.items():
+            t0 = time.perf_counter()
+            compiles = list(pool.map(pool_refresh, _items(vs)))
+            wall = time.perf_counter() - t0
+            out[name] = {"wall_s": round(wall, 3), "variants_per_s": round(len(vs) / wall, 2),
+                         "compile_ms": round(statistics.mean(compiles) / 1e6, 2)}
+    return out
+
+
+# ------------------------------------------------------------------ accy
+
+
+def trivial_round_trip(client: Any, n: int = 30) -> float:
     times = []
-    for i in range(30):
+    for i in range(n):
         t0 = time.perf_counter()
         client.submit(int, i, pure=False).result()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def measure(workers: int, vs: list, target: str) -> dict:  # type: ignore[type-arg]
+def _short_send_round_trip(client: Any) -> float:
+    """Diagnosis only: the round trip with the client's batched stream sending every 1 ms
+    instead of Client's hard-coded 10 ms (not a config key; accy does not do this)."""
+    comm = client.scheduler_comm
+    old = comm.interval
+    comm.interval = 0.001
+    try:
+        trivial_round_trip(client, 5)
+        return trivial_round_trip(client)
+    finally:
+        comm.interval = old
+
+
+def plain_dask_round_trip(workers: int) -> float:
+    """The same round trip on a plain LocalCluster (Dask's defaults, no accy)."""
     from distributed import Client, LocalCluster
 
-    from accy.distributed import local_cluster_kwargs
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        client.wait_for_workers(workers)
+        trivial_round_trip(client, 5)
+        return trivial_round_trip(client)
+
+
+def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
+                 profile: str | None) -> dict[str, Any]:
+    import dask.config
+    from distributed import Client, LocalCluster
+
+    from accy.distributed import batch_cluster_config, batch_cluster_kwargs
     from accy.distributed.api import refresh
     from accy.distributed.batch import run_batch
     from accy.distributed.state import unpin
-    from accy.executable.device import gpu_available
 
-    store = tempfile.mkdtemp(prefix="accy-bench-store-")
-    kwargs = dict(n_workers=workers, threads_per_worker=1, processes=True,
-                  dashboard_address=":0", **local_cluster_kwargs())
-    if gpu_available():
-        kwargs["resources"] = {"GPU": 1}
-    import dask.config
-
-    from accy.distributed.batch import LOCAL_CONFIG
-
-    with dask.config.set(LOCAL_CONFIG), LocalCluster(**kwargs) as cluster, \
+    out: dict[str, Any] = {}
+    kwargs = batch_cluster_kwargs(workers)
+    kwargs["dashboard_address"] = ":0"
+    config = batch_cluster_config()
+    if profile:  # the statistical profiler is off on accy's clusters
+        config["distributed.worker.profile.enabled"] = True
+    with dask.config.set(config), LocalCluster(**kwargs) as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(workers)
-        # warm every worker up (imports, compiler start) on variants not measured
-        warm = [type(v)(v.program, v.target, {i: (8 * k + 3,) + tuple(s[1:])
-                                              for i, s in v.shapes.items()})
-                for k in range(1, workers + 1) for v in vs[:len(PROGRAMS)]]
+        store = tempfile.mkdtemp(prefix="accy-bench-store-")
         run_batch(client, warm, store_url=store)
-        rt = trivial_round_trip(client)
-        first = run_batch(client, vs, store_url=store)
-        rep = first.report()
-        keys = {(r["stage"], r["key"]) for v in rep["variants"] for r in v["stages"]
-                if not r.get("skipped")}
+        for name, vs in sets.items():
+            result = run_batch(client, vs, store_url=store)
+            rep = result.report()
+            ran: dict[str, list[int]] = {}
+            for o in result.outcomes:
+                for rc in o.receipts:
+                    if not rc.reused and not rc.skipped:
+                        ran.setdefault(rc.stage, []).append(rc.elapsed_ns)
+            out[name] = {"wall_s": round(result.wall_s, 3),
+                         "stage_ms": {k: round(statistics.mean(v) / 1e6, 2)
+                                      for k, v in ran.items()},
+                         "variants_per_s": round(len(vs) / result.wall_s, 2),
+                         "ok": rep["summary"]["ok"], "stage_runs": rep["summary"]["stage_runs"],
+                         "reuses": rep["summary"]["reuses"],
+                         "distinct_tasks": result.distinct_tasks}
+        vs = sets["distinct"]
         second = run_batch(client, vs, store_url=store)
+        out["second_batch_s"] = round(second.wall_s, 4)
+        out["second_batch_stage_runs"] = second.report()["summary"]["stage_runs"]
         one = vs[0]
         reuse_times = []
         for _ in range(20):
             t0 = time.perf_counter()
-            out = refresh(client, one.program, target=one.target, shapes=one.shapes,
-                          store_url=store)
+            o = refresh(client, one.program, target=one.target, shapes=one.shapes,
+                        store_url=store)
             reuse_times.append(time.perf_counter() - t0)
-            assert all(r.reused or r.skipped for r in out.receipts), out.receipts
+            assert all(r.reused or r.skipped for r in o.receipts), o.receipts
+        rt = trivial_round_trip(client)
+        out["trivial_round_trip_client_send_1ms"] = round(_short_send_round_trip(client) * 1e3, 3)
+        out["fully_reused_refresh_ms"] = round(statistics.median(reuse_times) * 1e3, 3)
+        out["trivial_round_trip_ms"] = round(rt * 1e3, 3)
+        if profile:  # other shapes, a fresh store: the profiled batch is not a figure above
+            n = len(sets["distinct"])
+            _profiled(client, distinct_variants(n, vs[0].target, first_rows=8 * n + 4),
+                      tempfile.mkdtemp(prefix="accy-bench-prof-"), profile)
         unpin(client)
-    return {
-        "workers": workers, "variants": len(vs), "ok": rep["summary"]["ok"],
-        "first_batch_s": round(first.wall_s, 3),
-        "variants_per_s": round(len(vs) / first.wall_s, 2),
-        "stage_runs": rep["summary"]["stage_runs"], "distinct_stage_keys": len(keys),
-        "second_batch_s": round(second.wall_s, 4),
-        "second_batch_stage_runs": second.report()["summary"]["stage_runs"],
-        "fully_reused_refresh_ms": round(statistics.median(reuse_times) * 1e3, 3),
-        "trivial_round_trip_ms": round(rt * 1e3, 3),
-        "reused_refresh_in_round_trips": round(statistics.median(reuse_times) / rt, 2),
-    }
+    return out
+
+
+def big_in_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
+    """The big sweep as ``accy batch`` runs it: a fresh process (client and, as in every
+    ``LocalCluster``, the scheduler), a fresh cluster and store."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--big-child",
+                          "--workers", str(workers), "--target", target]
+                         + (["--big-limit", str(limit)] if limit else []),
+                         capture_output=True, text=True, check=False)
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": out.stderr[-2000:]}
+
+
+def big_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
+    import dask.config
+    from distributed import Client, LocalCluster
+
+    from accy.distributed import batch_cluster_config, batch_cluster_kwargs
+    from accy.distributed.batch import run_batch
+
+    kwargs = batch_cluster_kwargs(workers)
+    kwargs["dashboard_address"] = ":0"
+    with dask.config.set(batch_cluster_config()), LocalCluster(**kwargs) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers)
+        store = tempfile.mkdtemp(prefix="accy-bench-big-")
+        run_batch(client, distinct_variants(len(PROGRAMS) * workers, target, first_rows=4),
+                  store_url=store)
+        return _big(client, big_sweep(target)[:limit], store)
+
+
+def _big(client: Any, vs: list[Any], store: str) -> dict[str, Any]:
+    """The big sweep; this process's peak RSS sampled every 50 ms."""
+    import threading
+
+    import psutil
+
+    from accy.distributed.batch import run_batch
+
+    proc = psutil.Process()
+    base = proc.memory_info().rss
+    peak = [base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        result = run_batch(client, vs, store_url=store)
+    finally:
+        stop.set()
+        t.join()
+    rep = result.report()["summary"]
+    return {"variants": len(vs), "ok": rep["ok"], "wall_s": round(result.wall_s, 2),
+            "variants_per_s": round(len(vs) / result.wall_s, 1),
+            "stage_runs": rep["stage_runs"], "reuses": rep["reuses"],
+            "client_rss_before_mb": round(base / 2**20), "client_peak_rss_mb":
+                round(peak[0] / 2**20), "client_rss_after_mb":
+                round(proc.memory_info().rss / 2**20)}
+
+
+def _profiled(client: Any, vs: list[Any], store: str, folder: str) -> Any:
+    """The batch under cProfile (client) and Dask's profiler (scheduler, workers)."""
+    import cProfile
+    import pstats
+
+    from distributed import performance_report
+
+    from accy.distributed.batch import run_batch
+
+    os.makedirs(folder, exist_ok=True)
+    start = time.time()
+    prof = cProfile.Profile()
+    with performance_report(filename=os.path.join(folder, "dask-report.html")):
+        prof.enable()
+        result = run_batch(client, vs, store_url=store)
+        prof.disable()
+    prof.dump_stats(os.path.join(folder, "client.prof"))
+    with open(os.path.join(folder, "client.txt"), "w") as f:
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(45)
+    for who, kw in (("scheduler", {"scheduler": True}), ("workers", {})):
+        data = client.profile(start=start, **kw)
+        with open(os.path.join(folder, f"{who}.txt"), "w") as f:
+            f.write(_profile_lines(data))
+    return result
+
+
+def _profile_lines(node: dict[str, Any], depth: int = 0, out: list[str] | None = None,
+                   total: int | None = None) -> str:
+    """Dask's profile tree as indented text (frames over 2% of the samples)."""
+    out = [] if out is None else out
+    total = total or max(node.get("count", 0), 1)
+    for child in sorted(node.get("children", {}).values(), key=lambda c: -c["count"]):
+        if child["count"] / total < 0.02:
+            continue
+        d = child.get("description", {})
+        out.append(f"{'  ' * depth}{100 * child['count'] / total:5.1f}% "
+                   f"{d.get('name', '?')} {d.get('filename', '')}:{d.get('line_number', '')}")
+        _profile_lines(child, depth + 1, out, total)
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="host")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--variants", type=int, default=240)
+    ap.add_argument("--workers", type=int, nargs="+", default=[2])
+    ap.add_argument("--variants", type=int, default=480)
+    ap.add_argument("--shared", type=int, default=None,
+                    help="variants in the shared-stage sweep (default: --variants)")
+    ap.add_argument("--big", action="store_true", help="add the 10,080-variant sweep")
+    ap.add_argument("--big-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--big-limit", type=int, default=None,
+                    help="only the first N variants of the big sweep (a smoke test)")
+    ap.add_argument("--no-pool", action="store_true")
+    ap.add_argument("--profile", default=None, metavar="DIR")
+    ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
-    vs = variants(args.variants, args.target)
-    out = {"machine": platform.node(), "cpus": os.cpu_count(),
-           "date": time.strftime("%Y-%m-%d"), "target": args.target, "runs": []}
+    tgt = _tgt(args.target)
+    if args.big_child:
+        print(json.dumps(big_child(args.workers[-1], tgt, args.big_limit)))
+        return
+    sets = {"distinct": distinct_variants(args.variants, tgt),
+            "shared": shared_variants(args.shared or args.variants, tgt)}
+    out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
+                           "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
     for w in args.workers:
-        r = measure(w, vs, args.target)
+        # warm-up: other shapes, one round per process
+        warm = distinct_variants(len(PROGRAMS) * w, tgt, first_rows=4)
+        r: dict[str, Any] = {"workers": w, "variants": {k: len(v) for k, v in sets.items()}}
+        r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None)
+        r["plain_dask_round_trip_ms"] = round(plain_dask_round_trip(w) * 1e3, 3)
+        if not args.no_pool:
+            r["pool"] = measure_pool(w, sets, warm)
+            r["ratio"] = {k: round(r["accy"][k]["variants_per_s"]
+                                   / r["pool"][k]["variants_per_s"], 2) for k in sets}
         out["runs"].append(r)
-        print(f"workers={w}: {r['variants_per_s']} variants/s, {r['stage_runs']} stage runs / "
-              f"{r['distinct_stage_keys']} distinct keys, reused refresh "
-              f"{r['fully_reused_refresh_ms']} ms = {r['reused_refresh_in_round_trips']} "
-              f"round trips", file=sys.stderr)
-    base = out["runs"][0]["variants_per_s"] / out["runs"][0]["workers"]
-    for r in out["runs"]:
-        r["scaling_vs_ideal"] = round(r["variants_per_s"] / (base * r["workers"]), 2)
+        print(f"workers={w}: " + ", ".join(
+            f"{k} accy {r['accy'][k]['variants_per_s']}/s"
+            + (f" pool {r['pool'][k]['variants_per_s']}/s ratio {r['ratio'][k]}"
+               if "pool" in r else "") for k in sets)
+            + f"; stage ms {r['accy']['distinct']['stage_ms']}"
+            + (f", pool compile ms {r['pool']['distinct']['compile_ms']}" if "pool" in r else "")
+            + f"; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
+              f"accy {r['accy']['trivial_round_trip_ms']} ms, plain Dask "
+              f"{r['plain_dask_round_trip_ms']} ms, client sending every 1 ms "
+              f"{r['accy']['trivial_round_trip_client_send_1ms']} ms", file=sys.stderr, flush=True)
+        _write(out, args.output)
+    if args.big:
+        out["big"] = dict(big_in_child(args.workers[-1], tgt, args.big_limit),
+                          workers=args.workers[-1])
+        print(f"big: {out['big']}", file=sys.stderr, flush=True)
+        _write(out, args.output)
     print(json.dumps(out, indent=2))
+
+
+def _write(out: dict[str, Any], path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ Example
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,7 @@ _SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
+    "batch_cluster_kwargs", "batch_cluster_config", "default_workers", "gpu_visible",
     "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
     "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
     "touch", "unpin",
@@ -105,6 +108,66 @@ def local_cluster_kwargs() -> dict[str, Any]:
     {'preload': ['accy.distributed']}
     """
     return {"scheduler_kwargs": {"preload": [PRELOAD]}, "preload": [PRELOAD]}
+
+
+def default_workers() -> int:
+    """How many single-thread workers a local batch cluster starts: one per core but
+    one (the scheduler and the client share it), at least two."""
+    return max(2, (os.cpu_count() or 2) - 1)
+
+
+@functools.cache
+def gpu_visible() -> bool:
+    """Whether CuPy sees a GPU, asked in a child process: the client of a batch never
+    loads CuPy or creates a CUDA context (a few hundred MB of its RSS) for the question."""
+    import subprocess
+    import sys
+
+    probe = "from accy.executable.device import gpu_available; print(int(gpu_available()))"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.stdout.strip().endswith("1")
+
+
+def batch_cluster_config() -> dict[str, Any]:
+    """The Dask configuration accy's local batch clusters start under.
+
+    A batch is thousands of tasks of 1–100 ms each:
+
+    - ``worker-saturation: inf`` — every runnable task goes to a worker at
+      once; queueing root tasks on the scheduler (the default 1.1) makes each
+      worker wait a scheduler round trip between two short tasks.
+    - ``worker.profile.enabled: False`` — the statistical profiler samples each
+      worker thread every 10 ms (under the GIL, next to tasks of a few ms);
+      turn it back on to profile a batch.
+
+    What this cannot change: a trivial task's ~10 ms round trip is the
+    client's batched stream to the scheduler, which sends at most every 10 ms
+    (``BatchedSend(interval="10ms")`` in ``Client``, not a config key): a
+    ``submit`` right after a ``result`` waits out the window. A batch pays it
+    once (one graph message); a fully reused refresh pays none (one RPC).
+    """
+    return {"distributed.scheduler.worker-saturation": "inf",
+            "distributed.worker.profile.enabled": False}
+
+
+def batch_cluster_kwargs(workers: int | None = None) -> dict[str, Any]:
+    """``LocalCluster`` keyword arguments of a local batch cluster (start it under
+    ``dask.config.set(batch_cluster_config())``).
+
+    Example
+    -------
+    >>> batch_cluster_kwargs(3)["n_workers"], batch_cluster_kwargs(3)["threads_per_worker"]
+    (3, 1)
+    """
+    kwargs: dict[str, Any] = dict(n_workers=workers or default_workers(), threads_per_worker=1,
+                                  processes=True, **local_cluster_kwargs())
+    if gpu_visible():
+        kwargs["resources"] = {"GPU": 1}
+    return kwargs
 
 
 def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:

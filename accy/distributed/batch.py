@@ -1,11 +1,12 @@
 """Batch recompilation of many program variants on one Dask cluster.
 
 :func:`run_batch` asks the scheduler to resolve every variant's published
-prefix (one round trip), submits the remaining tasks of all variants as one
-graph (:mod:`accy.distributed.graph`; shared stage runs are one task), and as
-variants finish gathers each one's small receipts task and publishes its new
-entries with compare-and-swap — a failed variant publishes nothing and fails
-only itself. It returns the report INTERFACE.md describes.
+prefix (one round trip), submits the remaining stage runs of all variants as
+one graph of fused chain tasks (:mod:`accy.distributed.graph`; shared stage
+runs are one node), and as variants finish takes the receipts that come back
+with each one's last task and publishes their new entries in grouped
+compare-and-swaps — a failed variant publishes nothing and fails only
+itself. It returns the report INTERFACE.md describes.
 
 Example
 -------
@@ -35,6 +36,7 @@ from accy.distributed.graph import (
     plan_refresh,
     resolution_request,
     resolve_many,
+    scatter_modules,
 )
 from accy.errors import AccyError
 from accy.frontends import load_program
@@ -147,7 +149,12 @@ class _Collector:
 
     def collect(self, plan: RefreshPlan, summary: dict[str, Any] | None,
                 error: BaseException | None) -> tuple[VariantOutcome, dict[str, Any] | None]:
-        """The variant's outcome, and (when it succeeded) what it publishes."""
+        """The variant's outcome, and (when it succeeded) what it publishes.
+
+        ``summary`` is the receipts map the variant's last chain task returned;
+        on failure the receipts of what finished come with the error itself
+        (``StageFailed.receipts``): nothing is gathered.
+        """
         req = plan.request
         out = VariantOutcome(req.variant, req.program, "ok")
         record = plan.resolution.get("variant") or {}
@@ -156,25 +163,29 @@ class _Collector:
             out.receipts.append(Receipt(r.stage, r.key, True, 0,
                                         r.entry.get("plan_fingerprint"), {}, source="cluster"))
         if error is not None:
-            summary = self._partial(plan)
+            summary = dict(getattr(error, "receipts", None) or {})
+        # only this plan's own stage runs (a held input's chain carries older receipts)
+        summary = {s: v for s, v in (summary or {}).items()
+                   if s in plan.submitted and v.get("node") == plan.task_keys[s][1]}
+        if error is not None:
             failed_stage = next((s for s in RECEIPT_ORDER
-                                 if s in plan.futures and s not in summary), "")
+                                 if s in plan.submitted and s not in summary), "")
             out.status = "failed"
             out.failure = _failure_of(error, failed_stage)
-        summary = summary or {}
         for stage in (s for s in RECEIPT_ORDER if s in summary):
             tk = plan.task_keys[stage]
             shared = tk in self.claimed  # another variant's receipt already says "ran"
             self.claimed.add(tk)
             if stage == "load":
-                out.fragment = summary[stage]
+                out.fragment = {k: v for k, v in summary[stage].items() if k != "node"}
             out.receipts.append(_receipt(stage, summary[stage], shared, old_fields.get(stage)))
         publication = None
         if out.status == "ok":
             centry = plan.resolution.get("compile") or {}
-            ctk = plan.task_keys.get("compile") or centry.get("task_key")
+            ctk = plan.holders.get("compile") if "compile" in plan.submitted \
+                else centry.get("task_key")
             out.compile_task = list(ctk) if ctk else None
-            if "compile" not in plan.futures:  # a published compile: held key, or all reused
+            if "compile" not in plan.submitted:  # a published compile: held key, or all reused
                 out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
                                             source="cluster"))
             if plan.fully_reused and plan.load_skipped is None:
@@ -190,17 +201,6 @@ class _Collector:
         out.receipts.sort(key=lambda r: RECEIPT_ORDER.index(r.stage))
         out.elapsed_ns = sum(r.elapsed_ns for r in out.receipts)
         return out, publication
-
-    def _partial(self, plan: RefreshPlan) -> dict[str, Any]:
-        """Receipt fields of the stages that finished before a failure."""
-        from accy.distributed.graph import summarize_task
-
-        done = [s for s in RECEIPT_ORDER
-                if s in plan.futures and plan.futures[s].status == "finished"]
-        if not done:
-            return {}
-        values = self.client.gather([plan.futures[s] for s in done])
-        return summarize_task(done, *values)
 
     def publication(self, plan: RefreshPlan, summary: dict[str, Any],
                     out: VariantOutcome) -> dict[str, Any]:
@@ -218,35 +218,42 @@ class _Collector:
             value = summary.get(stage)
             if value is None:
                 continue
-            tk = list(plan.task_keys[stage])
-            entries[value["key"]] = {
-                "stage": stage, "task_key": tk, "fingerprint": value["fingerprint"],
-                "plan_fingerprint": value["plan_fingerprint"],
-                "elapsed_ns": value["elapsed_ns"], "fields": value["fields"],
-                "stored": self.store_url is not None}
+            entry = {"stage": stage, "fingerprint": value["fingerprint"],
+                     "plan_fingerprint": value["plan_fingerprint"],
+                     "elapsed_ns": value["elapsed_ns"], "fields": value["fields"],
+                     "stored": self.store_url is not None}
+            holder = plan.holders.get(stage)
+            if holder is not None:  # it ends a chain task: its product is held under that key
+                entry["task_key"] = list(holder)
+                keys.append(list(holder))
+            entries[value["key"]] = entry
             fields[stage] = value["fields"]
             stage_keys[stage] = value["key"]
-            keys.append(tk)
         compiled = summary.get("compile")
-        ckey = plan.task_keys.get("compile")
+        ckey = plan.holders.get("compile")
         if compiled is not None and ckey is not None:
             entry_key = compile_entry_key(stage_keys.get("target", ""),
-                                          plan.request.run_options())
+                                          plan.request.run_options(),
+                                          plan.request.template("compile"))
             entries[entry_key] = {"stage": "compile", "task_key": list(ckey),
                                   "key": compiled["key"], "fingerprint": compiled["key"],
                                   "elapsed_ns": compiled["elapsed_ns"],
                                   "stored": self.store_url is not None}
             keys.append(list(ckey))
-        if "load" in plan.task_keys:
-            keys.append(list(plan.task_keys["load"]))
+        elif "load" in plan.holders:
+            keys.append(list(plan.holders["load"]))
         variants = {plan.request.variant: {
             "program": plan.request.program, "target": plan.request.target,
             "keys": stage_keys, "fields": fields, "fragment": out.fragment}}
         return {"entries": entries, "variants": variants, "keys": keys}
 
-    def publish(self, publications: list[dict[str, Any]]) -> None:
-        """One compare-and-swap for several finished variants (each complete)."""
-        from accy.distributed.state import publish_with_merge
+    def publish(self, publications: list[dict[str, Any]], retries: int = 10) -> None:
+        """One compare-and-swap for several finished variants (each complete).
+
+        A publish is a delta: when another writer won the race, the same delta
+        is sent again against the version its refusal names (no state read).
+        """
+        from accy.distributed.state import PublishConflict, publish
 
         if not publications:
             return
@@ -257,12 +264,17 @@ class _Collector:
             entries.update(p["entries"])
             variants.update(p["variants"])
             keys.extend(p["keys"])
-        reply = publish_with_merge(self.client, entries, variants, keys)
-        self.version = int(reply.get("version", self.version))
+        for _ in range(retries + 1):
+            reply = publish(self.client, self.version, entries, variants, keys)
+            self.version = int(reply.get("version", self.version))
+            if reply.get("ok"):
+                return
+        raise PublishConflict(f"publishing the cache state lost {retries + 1} races in a row "
+                              f"(last version seen: {self.version})")
 
 
 PUBLISH_INTERVAL_S = 0.2
-PUBLISH_GROUP = 128
+PUBLISH_GROUP = 512
 """Finished variants are published at least this often / in groups of at most this many."""
 
 
@@ -301,7 +313,6 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None, 
         client._accy_plugin_checked = True
     modules: dict[str, SemanticModule | AccyError] = {}
     outcomes: dict[str, VariantOutcome] = {}
-    plans: list[RefreshPlan] = []
     scattered: dict[str, Any] = {}
 
     def finish(o: VariantOutcome) -> None:
@@ -309,7 +320,7 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None, 
         if on_done and (fresh or not (o.failure or {}).get("input_lost")):
             on_done(o)  # a variant refreshed again is reported when that ends
 
-    todo: list[tuple[Variant, SemanticModule]] = []
+    todo: list[tuple[Variant, SemanticModule, VariantRequest]] = []
     for v in variants:
         if v.program not in modules:
             try:
@@ -322,72 +333,95 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None, 
                 "pipeline": "parse", "pass": "", "message": str(mod), "reproducer": None,
                 "stage": "semantic"}))
             continue
+        req = _request(v)
         try:
-            _request(v).run_options()
+            req.run_options()
         except AccyError as e:
             finish(VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "options", "pass": "", "message": str(e), "reproducer": None,
                 "stage": "contract"}))
             continue
-        todo.append((v, mod))
+        todo.append((v, mod, req))
     # one round trip: the scheduler resolves every variant's published prefix
-    answer = resolve_many(client, [resolution_request(m, _request(v)) for v, m in todo])
+    templates: dict[str, int] = {}
+    answer = resolve_many(client, [resolution_request(m, r, templates) for _, m, r in todo],
+                          templates)
     collector = _Collector(client, int(answer.get("version", 0)), store_url)
     gpu = bool(answer.get("gpu_workers"))
+    all_gpu = bool(answer.get("all_gpu", gpu))
     graph = GraphBuilder()
-    for (v, mod), resolution in zip(todo, answer["results"]):
+    plans: list[RefreshPlan] = []
+    # the programs of variants with no published prefix, scattered in one round trip
+    starts = {m.fingerprint(): m for (_, m, _), r in zip(todo, answer["results"])
+              if fresh or not r.get("resolved")}
+    scattered.update(scatter_modules(client, list(starts.values())))
+    for (_, mod, req), resolution in zip(todo, answer["results"]):
         if fresh:  # what the published state pointed at is gone: recompute it all
             resolution = {"resolved": [], "variant": resolution.get("variant"),
                           "nearest": resolution.get("nearest")}
-        plans.append(plan_refresh(client, mod, _request(v), resolution, store_url, gpu,
-                                  graph, scattered))
-    futures = graph.submit(client)  # one message: every task of the batch
+        plans.append(plan_refresh(client, mod, req, resolution, store_url, gpu, graph,
+                                  scattered))
+    del todo, answer
+    # one message: every chain task of the batch (a CUDA chain fuses through compile
+    # and load when every worker is a GPU worker; otherwise it splits there)
+    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu)
+    pending: dict[Any, list[RefreshPlan]] = {}
+    publications: list[dict[str, Any]] = []
+    published: list[RefreshPlan] = []
     for p in plans:
-        p.bind(futures)
-    distinct = {f.key for p in plans for f in p.futures.values()}
-    pending: dict[Any, RefreshPlan] = {}
-    publications = []
-    for p in plans:
-        if p.summary is None:
+        p.bind(futures, graph.segment_of, graph.ends)
+        if p.tail is None:
             o, pub = collector.collect(p, {}, None)
             finish(o)
             if pub:
                 publications.append(pub)
         else:
-            pending[p.summary.key] = p
+            pending.setdefault(p.tail.key, []).append(p)
+    distinct = len(futures)
+    tails = [ps[0].tail for ps in pending.values()]
+    del plans, futures, graph
     collector.publish(publications)
-    # Results arrive in the background (with_results); finished variants are
-    # published together every PUBLISH_INTERVAL_S, so the client makes a
-    # scheduler round trip per group of variants, not per variant.
+    # Results arrive in the background (with_results): each is the small receipts
+    # map of a variant's last chain task. Finished variants are published together
+    # every PUBLISH_INTERVAL_S, so the client makes a scheduler round trip per group
+    # of variants, not per variant; a plan lets go of its futures once published.
     publications = []
     last_publish = time.monotonic()
-    finished = as_completed([p.summary for p in pending.values()], with_results=True,
-                            raise_errors=False)
+    finished = as_completed(tails, with_results=True, raise_errors=False)
+    del tails
     for done in finished.batches():
         for f, result in done:
-            p = pending[f.key]
-            if f.status != "finished":
-                # an erred stage (as_completed hands back (type, exception, traceback)),
-                # or a cancelled refresh (an input it needed was lost with a worker):
-                # a failure, never an empty success
-                if isinstance(result, tuple) and len(result) == 3:
-                    result = result[1]
-                err = result if isinstance(result, BaseException) else CancelledError(
-                    f"the refresh was {f.status}: an input it needed was lost "
-                    f"(a worker died?)")
-                o, pub = collector.collect(p, None, err)
-            else:
-                o, pub = collector.collect(p, result, None)
-            if pub:
-                publications.append(pub)
-            finish(o)
+            for p in pending.pop(f.key):
+                if f.status != "finished":
+                    # an erred chain (as_completed hands back (type, exception,
+                    # traceback)), or a cancelled refresh (an input it needed was lost
+                    # with a worker): a failure, never an empty success
+                    if isinstance(result, tuple) and len(result) == 3:
+                        result = result[1]
+                    err = result if isinstance(result, BaseException) else CancelledError(
+                        f"the refresh was {f.status}: an input it needed was lost "
+                        f"(a worker died?)")
+                    o, pub = collector.collect(p, None, err)
+                else:
+                    o, pub = collector.collect(p, result.receipts, None)
+                if pub:
+                    publications.append(pub)
+                    published.append(p)
+                else:
+                    p.release()
+                finish(o)
+            del f, result
         if publications and (time.monotonic() - last_publish >= PUBLISH_INTERVAL_S
                              or len(publications) >= PUBLISH_GROUP):
             collector.publish(publications)
-            publications, last_publish = [], time.monotonic()
+            for p in published:
+                p.release()
+            publications, published, last_publish = [], [], time.monotonic()
     collector.publish(publications)
+    for p in published:
+        p.release()
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
-    return BatchResult(ordered, time.perf_counter() - t0, len(distinct), collector.version)
+    return BatchResult(ordered, time.perf_counter() - t0, distinct, collector.version)
 
 
 # ---------------------------------------------------------------- the command

@@ -1,28 +1,35 @@
-"""The refresh graph: one Dask task per stage run.
+"""The refresh graph: one node per stage run, linear chains fused into one task.
 
-A refresh of one variant is resolved on the client against the published
-cache state, then submitted:
+A refresh of one variant is resolved against the published cache state, then
+submitted:
 
 1. **Short-circuit.** From the semantic fingerprint, each stage's content key
    ``H(stage, version, input fingerprint, options)`` is looked up in the
    published entries, which record each product's output fingerprint — so
    the next stage's key follows. The scheduler plugin walks this chain next
    to the state (:mod:`accy.distributed.resolve`, one round trip for a whole
-   batch). The longest published prefix adds no task: the graph depends on
+   batch). The longest published prefix adds no node: the graph depends on
    the last prefix stage's held key (pinned by the plugin), or reads its
-   product from the artifact store when it is no longer pinned.
-2. **Submit the rest.** The remaining stages are tasks keyed
+   product from the artifact store when it is no longer held.
+2. **Nodes for the rest.** The remaining stages are nodes keyed
    ``("accy_<stage>", hex)``: the first by its content key, each later one by
-   a derivation key ``H(stage, version, previous task key, options)`` (its
-   input's fingerprint is not known until the previous task has run). Equal
-   keys are equal computations, so identical stage runs across variants and
-   concurrent refreshes are one task. Compile and load follow; for CUDA they
-   are restricted to workers with the ``GPU`` resource when there are any
-   (NVRTC needs no GPU, so without GPU workers CUDA variants still compile
-   anywhere and their load is reported as skipped).
-3. **Early cutoff inside the graph.** A stage task computes its real content
-   key from its input's fingerprint and first looks in the artifact store: a
-   stage whose input did not change after all is read back, not run.
+   a derivation key ``H(stage, version, previous node key, options)`` (its
+   input's fingerprint is not known until the previous stage has run). Equal
+   keys are equal computations, so identical stage runs across the variants
+   of a batch are one node. Compile and load follow; for CUDA they are
+   restricted to workers with the ``GPU`` resource when there are any (NVRTC
+   needs no GPU, so without GPU workers CUDA variants still compile anywhere
+   and their load is reported as skipped).
+3. **Fused into tasks.** :class:`GraphBuilder` fuses every node that only one
+   other node reads into that reader (Dask's ``fuse_linear`` rule): a chain
+   no other variant shares is one task (``accy_contract-load``), a node
+   several variants read ends a task of its own. Each stage inside a task is
+   still keyed, stored, reused and published by its own stage key; the task's
+   value (:class:`ChainResult`) carries the variant's receipts.
+4. **Early cutoff inside the task.** Each stage computes its real content key
+   from its input's fingerprint and first looks in the artifact store: a
+   stage whose input did not change after all is read back, not run (this is
+   also what dedupes a stage two concurrent batches fused differently).
 
 Products travel between workers as msgpack frames (registered serializers);
 the control plane (task specs, small dicts) is Dask's own.
@@ -60,9 +67,12 @@ class StageFailed(AccyError):
         self.pass_name = pass_name
         self.reproducer = reproducer
 
+        self.receipts: dict[str, Any] = {}
+        """Receipt fields of the stages of its chain that finished before it failed."""
+
     def __reduce__(self) -> Any:
-        return (StageFailed, (self.message, self.stage, self.pipeline, self.pass_name,
-                              self.reproducer))
+        return (_rebuild_failure, (type(self), self.message, self.stage, self.pipeline,
+                                   self.pass_name, self.reproducer, self.receipts))
 
     def failure_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline or self.stage, "pass": self.pass_name,
@@ -74,9 +84,13 @@ class InputLost(StageFailed):
     (released pins, a lost worker, an evicted store entry): the batch refreshes
     the variant again from its program."""
 
-    def __reduce__(self) -> Any:
-        return (InputLost, (self.message, self.stage, self.pipeline, self.pass_name,
-                            self.reproducer))
+
+def _rebuild_failure(cls: type[StageFailed], message: str, stage: str, pipeline: str,
+                     pass_name: str, reproducer: str | None, receipts: dict[str, Any]) \
+        -> StageFailed:
+    e = cls(message, stage, pipeline, pass_name, reproducer)
+    e.receipts = receipts
+    return e
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,23 @@ class VariantRequest:
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def run_options(self) -> RunOptions:
-        return RunOptions.parse(self.target, self.options)
+        """The parsed options (parsed once: a batch asks for them at every step)."""
+        cached = self.__dict__.get("_run_options")
+        if cached is None:
+            cached = RunOptions.parse(self.target, self.options)
+            object.__setattr__(self, "_run_options", cached)
+        return cached
+
+    def template(self, stage_name: str) -> dict[str, Any]:
+        """The stage's key template for this variant (:func:`stage_template`, memoized)."""
+        memo = self.__dict__.get("_templates")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_templates", memo)
+        t = memo.get(stage_name)
+        if t is None:
+            t = memo[stage_name] = stage_template(stage_name, self.run_options(), self.shapes)
+        return t
 
     def preparation_request(self) -> PreparationRequest:
         return PreparationRequest(source=self.program, variant=self.variant,
@@ -131,6 +161,8 @@ def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
     """The product a task reads: a held result, scattered data, or (when the
     result it was resolved to is no longer held) the store's copy, admitted for
     its key like any other read-back."""
+    if isinstance(prev, ChainResult):
+        prev = prev.result
     if isinstance(prev, StageResult):
         return prev.product
     if isinstance(prev, Product):
@@ -148,7 +180,165 @@ def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
     raise TypeError(f"unexpected stage input {type(prev).__name__}")
 
 
+# ------------------------------------------------------------------ stage keys
+
+
+@functools.cache
+def _version(stage_name: str) -> str:
+    """A stage's version, once per process (it hashes the source of its import closure)."""
+    return table_stage(stage_name).version
+
+
+def stage_template(stage_name: str, options: RunOptions, shapes: Any = None) -> dict[str, Any]:
+    """:meth:`accy.pipeline.Stage.template`, with the version computed once per process."""
+    s = table_stage(stage_name)
+    return {"stage": s.name, "version": _version(s.name), "options": s.reads(options, shapes)}
+
+
+def content_key(stage_name: str, input_fingerprint: str, options: RunOptions,
+                shapes: Any = None, template: dict[str, Any] | None = None) -> Any:
+    """:meth:`accy.pipeline.Stage.key` (same fields, same key)."""
+    t = template if template is not None else stage_template(stage_name, options, shapes)
+    return make_key(dict(t, input=input_fingerprint))
+
+
+def derived_key(stage_name: str, after: str, options: RunOptions, shapes: Any = None,
+                template: dict[str, Any] | None = None) -> Any:
+    """:meth:`accy.pipeline.Stage.derived_key` (same fields, same key)."""
+    t = template if template is not None else stage_template(stage_name, options, shapes)
+    return make_key(dict(t, after=after))
+
+
 # ------------------------------------------------------------------ worker tasks
+
+
+class ChainResult:
+    """What a (fused) chain task leaves in worker memory under its Dask key.
+
+    ``result`` is the product of the chain's last stage (a :class:`StageResult`),
+    or for a chain ending in compile or load the :class:`CompiledFragment`;
+    ``receipts`` are the receipt fields of every stage this variant ran in the
+    chain and in the chains before it (so the last task of a variant carries
+    all of them); ``load`` is the load descriptor. It moves as msgpack: the
+    receipts as a map, the result as its own wire bytes, decoded only when
+    read (a client gathering receipts never decodes a product).
+    """
+
+    def __init__(self, receipts: dict[str, Any], result: Any, load: dict[str, Any] | None = None,
+                 kind: str = "") -> None:
+        self.receipts = receipts
+        self.load = load
+        self.kind = kind or ("fragment" if not isinstance(result, StageResult) else "stage")
+        self._result = result
+        self._wire: bytes | None = None
+
+    @property
+    def result(self) -> Any:
+        if self._result is None and self.kind == "stored-fragment":
+            self._result = _stored_fragment(self.receipts, self.load)
+            self.kind = "fragment"
+        if self._result is None and self._wire is not None:
+            if self.kind == "stage":
+                self._result = StageResult.from_wire(self._wire)
+            else:
+                from accy.executable.compile import CompiledFragment
+
+                self._result = CompiledFragment.from_wire(self._wire)
+            self._wire = None
+        return self._result
+
+    def to_wire(self) -> bytes:
+        import msgpack
+
+        if self.kind == "stored-fragment":
+            body = b""
+        else:
+            body = self._wire if self._wire is not None else self._result.to_wire()
+        return msgpack.packb([b"accy-chain", self.kind, self.receipts, self.load, body],
+                             use_bin_type=True)
+
+    @staticmethod
+    def from_wire(data: bytes) -> ChainResult:
+        import msgpack
+
+        from accy.errors import WireFormatError
+
+        try:
+            tag, kind, receipts, load, body = msgpack.unpackb(bytes(data), raw=False,
+                                                              strict_map_key=False)
+            if tag != b"accy-chain" or kind not in ("stage", "fragment", "stored-fragment"):
+                raise ValueError("tag")
+        except Exception as e:
+            raise WireFormatError(f"malformed chain result: {type(e).__name__}") from None
+        out = ChainResult(receipts, None, load, kind)
+        out._wire = body
+        return out
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("ChainResult never pickles: it travels as msgpack")
+
+    def by_store_reference(self, store_url: str | None) -> ChainResult:
+        """A chain ending in compile/load whose binary is in the store moves without it:
+        a reader (a reload, ``accy.distributed.api.run``) reads it back by its compile
+        key, so gathering a variant's receipts never carries its binary."""
+        if store_url is None or self.kind != "fragment" or "compile" not in self.receipts:
+            return self
+        compiled = self._result
+        if compiled is not None and not _store_holds(store_url, compiled.key.hex):
+            return self
+        out = ChainResult(self.receipts, compiled, self.load, "stored-fragment")
+        out.receipts = dict(self.receipts, compile=dict(self.receipts["compile"],
+                                                        store=store_url))
+        return out
+
+
+def _store_holds(store_url: str, key_hex: str) -> bool:
+    try:
+        return _store(store_url).get(key_hex, kind="fragment") is not None
+    except Exception:  # noqa: BLE001 - an unreadable tier: keep the binary in the value
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _read_fragment(store_url: str, key_hex: str) -> Any:
+    from accy.executable.compile import CompiledFragment
+
+    def check(c: Any) -> str | None:
+        if c.key.hex != key_hex:
+            return f"entry was made for compile key {c.key.hex[:12]}, not {key_hex[:12]}"
+        return None if c.binary else "entry holds no binary"
+
+    compiled, why = read_back(_store(store_url), key_hex, "fragment", CompiledFragment.from_wire,
+                              check)
+    if compiled is None:
+        raise InputLost(f"the compiled fragment {key_hex[:12]} is neither held nor stored "
+                        f"({why}); refresh again to recompile it", "compile", "compile")
+    return compiled
+
+
+def _stored_fragment(receipts: dict[str, Any], load: Any) -> Any:
+    c = receipts.get("compile") or {}
+    return _read_fragment(c.get("store"), c.get("key"))
+
+
+def stage_receipt(result: StageResult, node: str) -> dict[str, Any]:
+    """The receipt fields of a stage result (what the client turns into a receipt)."""
+    return {"node": node, "key": result.key.hex, "fields": result.key.fields,
+            "origin": result.origin, "elapsed_ns": result.elapsed_ns,
+            "pass_stats": result.pass_stats, "pass_ns": result.pass_ns,
+            "plan_fingerprint": result.plan_fingerprint,
+            "fingerprint": result.product.fingerprint()}
+
+
+def compile_receipt(compiled: Any, node: str) -> dict[str, Any]:
+    return {"node": node, "key": compiled.key.hex, "origin": compiled.meta.get("origin"),
+            "elapsed_ns": compiled.elapsed_ns, "binary_bytes": len(compiled.binary),
+            "target": compiled.plan.target}
+
+
+def compiled_of(value: Any) -> Any:
+    """The compiled fragment a held value carries (a chain result or the fragment)."""
+    return value.result if isinstance(value, ChainResult) else value
 
 
 def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None) \
@@ -162,7 +352,7 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
     store = _store(store_url)
     product = _input_product(prev, store, stage_name)
     preq = req.preparation_request()
-    key = s.key(product.fingerprint(), preq.options, preq.shapes)
+    key = content_key(stage_name, product.fingerprint(), preq.options, preq.shapes)
     t0 = time.perf_counter_ns()
     stored, _ = read_stage_result(store, key)
     if stored is not None:
@@ -216,6 +406,7 @@ def load_task(compiled: Any) -> dict[str, Any]:
 
     from accy.executable.fragment import load_fragment
 
+    compiled = compiled_of(compiled)
     t0 = time.perf_counter_ns()
     try:
         _, reused = load_fragment(compiled)
@@ -230,25 +421,39 @@ def load_task(compiled: Any) -> dict[str, Any]:
             "target": compiled.plan.target}
 
 
-def summarize_task(stages: list[str], *values: Any) -> dict[str, Any]:
-    """What the client needs of a finished refresh (receipt fields, fingerprints).
+def chain_task(steps: list[list[str]], prev: Any, request: dict[str, Any],
+               store_url: str | None) -> ChainResult:
+    """Run a linear chain of stage runs (``[[stage, node hex], ...]``, maybe ending in
+    compile and load) in one task.
 
-    The products stay on the workers: the client gathers this small dict.
+    Each stage is still its own keyed run: its product is read back from the
+    store by its content key or run and written there under it, exactly as
+    :func:`stage_task` does; only the Dask task boundary between them is gone.
+    A failure carries the receipts of the stages that finished before it
+    (``StageFailed.receipts``), so the client never gathers products to report it.
     """
-    out: dict[str, Any] = {}
-    for stage, v in zip(stages, values):
-        if stage in PREPARATION_NAMES:
-            out[stage] = {"key": v.key.hex, "fields": v.key.fields, "origin": v.origin,
-                          "elapsed_ns": v.elapsed_ns, "pass_stats": v.pass_stats,
-                          "pass_ns": v.pass_ns, "plan_fingerprint": v.plan_fingerprint,
-                          "fingerprint": v.product.fingerprint()}
-        elif stage == "compile":
-            out[stage] = {"key": v.key.hex, "origin": v.meta.get("origin"),
-                          "elapsed_ns": v.elapsed_ns, "binary_bytes": len(v.binary),
-                          "target": v.plan.target}
-        else:
-            out[stage] = dict(v)
-    return out
+    receipts: dict[str, Any] = dict(prev.receipts) if isinstance(prev, ChainResult) else {}
+    value: Any = prev
+    compiled: Any = None
+    load: dict[str, Any] | None = None
+    for stage_name, node in steps:
+        try:
+            if stage_name == "compile":
+                compiled = compile_task(value, request, store_url)
+                receipts["compile"] = compile_receipt(compiled, node)
+            elif stage_name == "load":
+                load = load_task(compiled if compiled is not None else value)
+                receipts["load"] = dict(load, node=node)
+            else:
+                value = stage_task(stage_name, value, request, store_url)
+                receipts[stage_name] = stage_receipt(value, node)
+        except StageFailed as e:
+            e.receipts = receipts
+            raise
+    if compiled is None and load is not None:
+        compiled = compiled_of(value)
+    out = ChainResult(receipts, compiled if compiled is not None else value, load)
+    return out.by_store_reference(store_url) if compiled is not None else out
 
 
 def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:
@@ -257,7 +462,7 @@ def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> li
 
     from accy.executable.fragment import load_fragment
 
-    loaded, _ = load_fragment(compiled)
+    loaded, _ = load_fragment(compiled_of(compiled))
     return [np.asarray(r) if not hasattr(r, "get") else r.get() for r in loaded(*inputs)]
 
 
@@ -275,33 +480,49 @@ class Resolved:
 
 @dataclass
 class RefreshPlan:
-    """One variant's refresh: the reused prefix and the futures of what runs."""
+    """One variant's refresh: the reused prefix and the nodes of what runs."""
 
     request: VariantRequest
     semantic_fingerprint: str
     resolved: list[Resolved]
-    futures: dict[str, Any]
-    """Stage (``contract`` … ``target``, ``compile``, ``load``) → Dask future."""
     task_keys: dict[str, tuple[str, str]]
+    """Stage (``contract`` … ``target``, ``compile``, ``load``) → its node key
+    ``("accy_<stage>", hex)``: the identity of that stage run in the graph."""
     compile_entry_key: str
     load_skipped: str | None = None
     fully_reused: bool = False
     resolution: dict[str, Any] = field(default_factory=dict)
     """The scheduler's answer for this variant: prefix, compile entry, variant record."""
-    summary: Any = None
-    """A small task gathering the receipt fields of every submitted stage."""
-    summary_key: Any = None
     held: list[Any] = field(default_factory=list)
     """Futures this plan's graph depends on (held keys, scattered data): kept alive."""
     submitted: list[str] = field(default_factory=list)
-    """The stages (and compile, load) that got a task in the graph."""
+    """The stages (and compile, load) that got a node in the graph."""
+    holders: dict[str, Any] = field(default_factory=dict)
+    """Stage → the Dask key whose value holds its product (the chain task it ends);
+    stages fused inside a chain have none (their products are in the store)."""
+    tail: Any = None
+    """The future of the variant's last chain task: its value carries every receipt."""
+    keep: list[Any] = field(default_factory=list)
+    """Futures of this plan's chain tasks, held until the plan is published."""
 
-    def bind(self, futures: dict[Any, Any]) -> None:
+    def bind(self, futures: dict[Any, Any], segment_of: dict[Any, Any],
+             ends: set[Any]) -> None:
         """Attach the futures of the submitted graph."""
         for stage in self.submitted:
-            self.futures[stage] = futures[self.task_keys[stage]]
-        if self.summary_key is not None:
-            self.summary = futures[self.summary_key]
+            seg = segment_of[self.task_keys[stage]]
+            # a chain ending in compile or load holds the compiled fragment
+            if self.task_keys[stage] in ends or stage in ("compile", "load"):
+                self.holders[stage] = seg
+            if futures.get(seg) is not None and all(f.key != seg for f in self.keep):
+                self.keep.append(futures[seg])
+        if self.submitted:
+            self.tail = futures[segment_of[self.task_keys[self.submitted[-1]]]]
+
+    def release(self) -> None:
+        """Let go of this plan's futures (after its publish pinned what it keeps)."""
+        self.tail = None
+        self.keep = []
+        self.held = []
 
 
 def scatter_module(client: Any, module: SemanticModule) -> Any:
@@ -311,46 +532,95 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     enters the graph as scattered data instead of a literal argument. It is
     replicated to every worker, so losing one worker loses no program.
     """
+    return scatter_modules(client, [module])[module.fingerprint()]
+
+
+def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any]:
+    """Several programs in one scatter (one round trip): fingerprint → future."""
     import uuid
 
     # A fresh key each time: re-scattering a key the scheduler is still
     # releasing would cancel the tasks that depend on it.
-    key = f"{TASK_PREFIX}semantic-{module.fingerprint()}-{uuid.uuid4().hex[:8]}"
-    return client.scatter({key: module}, hash=False, broadcast=True)[key]
+    tag = uuid.uuid4().hex[:8]
+    data = {f"{TASK_PREFIX}semantic-{m.fingerprint()}-{tag}": m for m in modules}
+    if not data:
+        return {}
+    futures = client.scatter(data, hash=False, broadcast=True)
+    return {m.fingerprint(): futures[k] for k, m in data.items()}
 
 
-def resolution_request(module: SemanticModule, request: VariantRequest) -> dict[str, Any]:
-    """What the scheduler needs to resolve this variant's published prefix."""
-    options = request.run_options()
+def resolution_request(module: SemanticModule, request: VariantRequest,
+                       templates: dict[str, int] | None = None) -> dict[str, Any]:
+    """What the scheduler needs to resolve this variant's published prefix.
+
+    With ``templates`` (a table this batch fills: template JSON → index), each
+    stage's key template is sent once per batch and requests name it by index.
+    """
+    import json
+
+    tmpls: list[Any] = [request.template(s.name) for s in preparation()]
+    tmpls.append(request.template("compile"))
+    if templates is not None:
+        ids = []
+        for t in tmpls:
+            text = json.dumps(t, sort_keys=True, default=str)
+            ids.append(templates.setdefault(text, len(templates)))
+        tmpls = ids
     return {"semantic": module.fingerprint(), "variant": request.variant,
             "program": request.program, "target": request.target,
-            "stages": [s.template(options, request.shapes) for s in preparation()],
-            "compile": table_stage("compile").template(options)}
+            "stages": tmpls[:-1], "compile": tmpls[-1]}
 
 
-def compile_entry_key(target_key: str, options: RunOptions) -> str:
+def compile_entry_key(target_key: str, options: RunOptions,
+                      template: dict[str, Any] | None = None) -> str:
     """Where the published state keeps the compile of a target product (by its key)."""
-    return table_stage("compile").derived_key(target_key, options).hex
+    return derived_key("compile", target_key, options, template=template).hex
+
+
+@dataclass
+class _Node:
+    stage: str
+    request: dict[str, Any]
+    store_url: str | None
+    gpu: bool
+    after: Any
+    """The node key of its input in this graph, or None."""
+    arg: Any = None
+    """Its input when that is outside this graph: a held key's ref or a store reference."""
+    dependents: set[Any] = field(default_factory=set)
 
 
 class GraphBuilder:
-    """Every task of a batch, submitted as one graph (one message to the scheduler).
+    """Every stage run of a batch as a node; submitted as fused chain tasks in one graph.
 
-    Tasks that must run on GPU workers go in a layer annotated with
-    ``resources={"GPU": 1}``; the rest may run anywhere.
+    Nodes are keyed by their stage key (``("accy_<stage>", hex)``): identical
+    stage runs across variants are one node. At :meth:`submit`, a node whose
+    product only one other node reads is fused with that reader into one task
+    (Dask's ``fuse_linear`` rule), so a chain of stage runs no other variant
+    shares is one task, and a stage shared by several variants ends a task of
+    its own that each of them depends on. A task is named after its first and
+    last stage and keyed by its last node (``("accy_kernel-load", hex)``);
+    each stage inside it is still stored, reused and published by its own
+    stage key. Tasks that must run on GPU workers go in a layer annotated
+    with ``resources={"GPU": 1}``.
     """
 
     def __init__(self) -> None:
-        self.cpu: dict[Any, Any] = {}
-        self.gpu: dict[Any, Any] = {}
+        self.nodes: dict[Any, _Node] = {}
+        self.segment_of: dict[Any, Any] = {}
+        self.ends: set[Any] = set()
 
-    def add(self, key: tuple[str, str], func: Any, *args: Any, gpu: bool = False) -> Any:
-        from dask.task_spec import Task
-
-        layer = self.gpu if gpu else self.cpu
-        if key not in self.cpu and key not in self.gpu:
-            layer[key] = Task(key, func, *args)
-        return self.ref(key)
+    def node(self, key: tuple[str, str], stage: str, prev: Any, request: dict[str, Any],
+             store_url: str | None, gpu: bool = False) -> tuple[str, str]:
+        """Add a stage run reading ``prev`` (a node key from this builder, or an outside
+        input: :meth:`ref` of a held key, or a store reference)."""
+        if key not in self.nodes:
+            inside = isinstance(prev, tuple) and len(prev) == 2 and prev in self.nodes
+            self.nodes[key] = _Node(stage, request, store_url, gpu, prev if inside else None,
+                                    None if inside else prev)
+            if inside:
+                self.nodes[prev].dependents.add(key)
+        return key
 
     @staticmethod
     def ref(key: Any) -> Any:
@@ -358,19 +628,50 @@ class GraphBuilder:
 
         return TaskRef(key)
 
-    def submit(self, client: Any) -> dict[Any, Any]:
-        """Send the graph; return the future of every task by key."""
-        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+    def segments(self, fuse_gpu: bool) -> list[list[Any]]:
+        """The chains: a node joins its input's chain when it is that input's only reader
+        (and, unless ``fuse_gpu``, needs the same kind of worker)."""
+        chains: list[list[Any]] = []
+        where: dict[Any, int] = {}
+        for key, n in self.nodes.items():  # insertion order: inputs come first
+            p = self.nodes.get(n.after) if n.after is not None else None
+            if p is not None and len(p.dependents) == 1 and (fuse_gpu or p.gpu == n.gpu):
+                i = where[n.after]
+                chains[i].append(key)
+            else:
+                i = len(chains)
+                chains.append([key])
+            where[key] = i
+        return chains
 
-        if not self.cpu and not self.gpu:
+    def submit(self, client: Any, fuse_gpu: bool = True) -> dict[Any, Any]:
+        """Send the graph; return the future of every chain task by its key."""
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+        from dask.task_spec import Task
+
+        if not self.nodes:
             return {}
-        layers = {"accy-stages": MaterializedLayer(self.cpu)}
+        cpu: dict[Any, Any] = {}
+        gpu: dict[Any, Any] = {}
+        for chain in self.segments(fuse_gpu):
+            first, last = self.nodes[chain[0]], self.nodes[chain[-1]]
+            name = f"{TASK_PREFIX}{first.stage}" + (f"-{last.stage}" if len(chain) > 1 else "")
+            seg = (name, chain[-1][1])
+            for k in chain:
+                self.segment_of[k] = seg
+            self.ends.add(chain[-1])
+            arg = self.ref(self.segment_of[first.after]) if first.after is not None \
+                else first.arg
+            steps = [[self.nodes[k].stage, k[1]] for k in chain]
+            on_gpu = any(self.nodes[k].gpu for k in chain)
+            (gpu if on_gpu else cpu)[seg] = Task(seg, chain_task, steps, arg, first.request,
+                                                 first.store_url)
+        layers = {"accy-stages": MaterializedLayer(cpu)}
         deps: dict[str, set[str]] = {"accy-stages": set()}
-        if self.gpu:
-            layers["accy-gpu"] = MaterializedLayer(self.gpu,
-                                                   annotations={"resources": {"GPU": 1}})
+        if gpu:
+            layers["accy-gpu"] = MaterializedLayer(gpu, annotations={"resources": {"GPU": 1}})
             deps["accy-gpu"] = {"accy-stages"}
-        keys = list(self.cpu) + list(self.gpu)
+        keys = list(cpu) + list(gpu)
         futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
         return dict(zip(keys, futures))
 
@@ -378,7 +679,7 @@ class GraphBuilder:
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
                  resolution: dict[str, Any], store_url: str | None, gpu_workers: bool,
                  graph: GraphBuilder, scattered: dict[str, Any] | None = None) -> RefreshPlan:
-    """Short-circuit the resolved prefix and add the remaining stage tasks to ``graph``.
+    """Short-circuit the resolved prefix and add the remaining stage runs to ``graph``.
 
     ``resolution`` is this variant's answer from
     :func:`accy.distributed.resolve.resolve` (run by the scheduler plugin);
@@ -400,7 +701,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     task_keys: dict[str, tuple[str, str]] = {}
     held: list[Any] = []
     prev: Any = None
-    chain = fp  # what the next key derives from: a fingerprint, then task keys
+    chain = fp  # what the next key derives from: a fingerprint, then node keys
     if resolved:
         last = resolved[-1]
         tk = tuple(last.entry.get("task_key") or ())
@@ -416,55 +717,76 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         held.append(cache[module.fingerprint()])
         prev = graph.ref(cache[module.fingerprint()].key)
     for s in preparation()[len(resolved):]:
-        # the first task's input is known by content; each later one's by the task before
-        dk = (s.derived_key(chain, options, shapes) if task_keys
-              else s.key(chain, options, shapes)).hex
-        key = (f"{TASK_PREFIX}{s.name}", dk)
-        prev = graph.add(key, stage_task, s.name, prev, rd, store_url)
-        task_keys[s.name] = key
+        # the first node's input is known by content; each later one's by the node before
+        t = request.template(s.name)
+        dk = (derived_key(s.name, chain, options, shapes, t) if task_keys
+              else content_key(s.name, chain, options, shapes, t)).hex
+        prev = graph.node((f"{TASK_PREFIX}{s.name}", dk), s.name, prev, rd, store_url)
+        task_keys[s.name] = prev
         chain = dk
 
     backend = options.target.backend
     on_gpu = backend.needs_gpu and gpu_workers
     all_resolved = len(resolved) == len(PREPARATION_NAMES)
     target_key = resolved[-1].key if all_resolved else task_keys["target"][1]
-    entry_key = compile_entry_key(target_key, options)
+    entry_key = compile_entry_key(target_key, options, request.template("compile"))
     centry = resolution.get("compile") if all_resolved else None
     descriptor = (resolution.get("variant") or {}).get("fragment") or {}
     load_skipped = "no GPU" if backend.needs_gpu and not gpu_workers else None
     if (all_resolved and centry and centry.get("pinned")
             and (load_skipped or (descriptor.get("key") == centry.get("key")
                                   and resolution.get("worker_alive")))):
-        return RefreshPlan(request, module.fingerprint(), resolved, {}, {}, entry_key,
+        return RefreshPlan(request, module.fingerprint(), resolved, {}, entry_key,
                            load_skipped, fully_reused=True, resolution=resolution)
     submitted = list(task_keys)
     if centry and centry.get("pinned"):
         ckey = tuple(centry["task_key"])
         held.append(Future(ckey, client=client))
-        cref = graph.ref(ckey)
+        cprev: Any = graph.ref(ckey)
     else:
         ckey = (f"{TASK_PREFIX}compile", entry_key)
-        cref = graph.add(ckey, compile_task, prev, rd, store_url, gpu=on_gpu)
+        cprev = graph.node(ckey, "compile", prev, rd, store_url, gpu=on_gpu)
         submitted.append("compile")
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:
-        lkey = (f"{TASK_PREFIX}load", table_stage("load").derived_key(ckey[1], options).hex)
-        graph.add(lkey, load_task, cref, gpu=on_gpu)
+        lkey = (f"{TASK_PREFIX}load",
+                derived_key("load", ckey[1], options, template=request.template("load")).hex)
+        graph.node(lkey, "load", cprev, rd, store_url, gpu=on_gpu)
         task_keys["load"] = lkey
         submitted.append("load")
-    plan = RefreshPlan(request, module.fingerprint(), resolved, {}, task_keys,
+    plan = RefreshPlan(request, module.fingerprint(), resolved, task_keys,
                        entry_key, load_skipped, resolution=resolution)
     plan.held = held
     plan.submitted = submitted
-    if submitted:
-        skey = ("accy-receipts", make_key({"receipts": [list(task_keys[s]) for s in submitted],
-                                           "variant": request.variant}).hex)
-        graph.add(skey, summarize_task, submitted,
-                  *[graph.ref(task_keys[s]) for s in submitted])
-        plan.summary_key = skey
     return plan
 
 
-def resolve_many(client: Any, requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """The scheduler's resolution of every request, in one round trip."""
-    return client.sync(client.scheduler.accy_resolve, requests=requests)
+def resolve_many(client: Any, requests: list[dict[str, Any]],
+                 templates: dict[str, int] | None = None) -> dict[str, Any]:
+    """The scheduler's resolution of every request, in one round trip.
+
+    The answer names each published entry and variant record once (a batch of
+    variants sharing a prefix shares its entries); this expands it back into
+    one resolution per request whose dicts are shared, not copied.
+    """
+    import json
+
+    table = None
+    if templates is not None:
+        table = [json.loads(t) for t, _ in sorted(templates.items(), key=lambda kv: kv[1])]
+    answer = client.sync(client.scheduler.accy_resolve, requests=requests, templates=table)
+    entries = answer.pop("entries", None)
+    if entries is None:  # an answer in the expanded form
+        return answer
+    records = answer.pop("records", {})
+    results = []
+    for r in answer["results"]:
+        results.append({
+            "resolved": [{"stage": e["stage"], "key": k, "entry": e}
+                         for k in r["resolved"] for e in (entries[k],)],
+            "compile": entries.get(r["compile"]) if r.get("compile") else None,
+            "variant": records.get(r["variant"]) if r.get("variant") else None,
+            "nearest": records.get(r["nearest"]) if r.get("nearest") else None,
+            "worker_alive": r.get("worker_alive", False)})
+    answer["results"] = results
+    return answer

@@ -67,6 +67,11 @@ HANDLERS = ("accy_resolve", "accy_state", "accy_publish", "accy_touch", "accy_un
 METADATA_KEY = "accy-cache"
 """Scheduler metadata key the plugin sets once its handlers are installed."""
 DEFAULT_MAX_PINNED = 1000
+DEFAULT_MAX_ENTRIES = 200_000
+DEFAULT_MAX_VARIANTS = 50_000
+"""The published state is metadata over the artifact store: past these bounds the
+least recently published entries and variant records are forgotten (a later
+refresh reads their products back from the store by key, or runs them again)."""
 
 
 def to_dask_key(key: Any) -> Any:
@@ -95,6 +100,12 @@ def _max_pinned_from_config() -> int:
     return int(dask.config.get("accy.max-pinned", DEFAULT_MAX_PINNED))
 
 
+def _bound_from_config(name: str, default: int) -> int:
+    import dask.config
+
+    return int(dask.config.get(f"accy.{name}", default))
+
+
 class AccyCachePlugin(SchedulerPlugin):
     """Owns the cluster's versioned cache state and the pinned result keys.
 
@@ -103,13 +114,21 @@ class AccyCachePlugin(SchedulerPlugin):
     max_pinned
         How many task keys stay pinned in worker memory; None: Dask config
         ``accy.max-pinned`` (default 1000).
+    max_entries, max_variants
+        How many entries and variant records the state keeps; None: Dask config
+        ``accy.max-entries`` / ``accy.max-variants`` (200,000 / 50,000).
     """
 
     name = PLUGIN_NAME
     idempotent = True
 
-    def __init__(self, max_pinned: int | None = None) -> None:
+    def __init__(self, max_pinned: int | None = None, max_entries: int | None = None,
+                 max_variants: int | None = None) -> None:
         self.max_pinned = max_pinned if max_pinned is not None else _max_pinned_from_config()
+        self.max_entries = max_entries if max_entries is not None else \
+            _bound_from_config("max-entries", DEFAULT_MAX_ENTRIES)
+        self.max_variants = max_variants if max_variants is not None else \
+            _bound_from_config("max-variants", DEFAULT_MAX_VARIANTS)
         if self.max_pinned < 0:
             raise ValueError(f"max_pinned must be >= 0, got {self.max_pinned}")
         self.version = 0
@@ -120,6 +139,8 @@ class AccyCachePlugin(SchedulerPlugin):
         self._pinned: OrderedDict[Any, None] = OrderedDict()
         # Task key -> stage keys of the entries that name it.
         self._entries_of: dict[Any, set[str]] = {}
+        # (program, target) -> the last variant published for it (resolution's "nearest").
+        self._latest: dict[tuple[str, str], str] = {}
         self.stats = {"publishes": 0, "conflicts": 0, "unpinned": 0}
 
     # -- lifecycle
@@ -138,19 +159,26 @@ class AccyCachePlugin(SchedulerPlugin):
                 self.scheduler.handlers.pop(name, None)
             self.scheduler.task_metadata.pop(METADATA_KEY, None)
 
-    def resolve(self, comm: Any = None, requests: list[Any] | None = None) -> dict[str, Any]:
+    def resolve(self, comm: Any = None, requests: list[Any] | None = None,
+                templates: list[Any] | None = None) -> dict[str, Any]:
         """Each request's published prefix, compile entry and variant record (one round trip).
 
         See :mod:`accy.distributed.resolve`; synchronous, so it reads one
-        consistent version of the state.
+        consistent version of the state. O(requests): the nearest published
+        relative of a new variant comes from an index, not a scan. With
+        ``templates`` (requests naming their key templates by index) the answer
+        is compact: each entry and record once.
         """
         from accy.distributed.resolve import resolve
 
         workers = self.scheduler.workers if self.scheduler is not None else {}
-        gpu = any((ws.resources or {}).get("GPU", 0) > 0 for ws in workers.values())
-        out = resolve(self.entries, self.variants, workers, requests or [], gpu)
+        gpus = [(ws.resources or {}).get("GPU", 0) > 0 for ws in workers.values()]
+        out = resolve(self.entries, self.variants, workers, requests or [], any(gpus),
+                      latest=self._latest, templates=templates,
+                      compact=templates is not None)
         out["version"] = self.version
-        return jsonable(out)
+        out["all_gpu"] = bool(gpus) and all(gpus)
+        return out if templates is not None else jsonable(out)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "forgotten" and key in self._pinned:
@@ -183,13 +211,21 @@ class AccyCachePlugin(SchedulerPlugin):
             record = jsonable(dict(record))
             record["version"] = self.version
             record["pinned"] = False
+            old = self.entries.pop(stage_key, None)
+            if "task_key" not in record and old is not None and old.get("pinned") \
+                    and old.get("task_key"):
+                # run again inside a fused chain: the old holder still pins its product
+                record["task_key"] = old["task_key"]
             if "task_key" in record:
                 task = to_dask_key(record["task_key"])
                 self._entries_of.setdefault(task, set()).add(stage_key)
                 record["pinned"] = task in self._pinned
-            self.entries[stage_key] = record
+            self.entries[stage_key] = record  # (re)inserted last: most recently published
         for variant_id, record in (variants or {}).items():
-            self.variants[variant_id] = jsonable(dict(record))
+            self.variants.pop(variant_id, None)
+            record = self.variants[variant_id] = jsonable(dict(record))
+            self._latest[(record.get("program"), record.get("target"))] = variant_id
+        self._enforce_state_bound()
         pinned = self._pin([to_dask_key(k) for k in keys or []])
         return {"ok": True, "version": self.version, "pinned": [to_wire_key(k) for k in pinned]}
 
@@ -209,6 +245,25 @@ class AccyCachePlugin(SchedulerPlugin):
             [k for k in map(to_dask_key, keys) if k in self._pinned]
         self._release(victims)
         return {"unpinned": len(victims)}
+
+    def _enforce_state_bound(self) -> None:
+        """Forget the least recently published entries / variant records past the bounds."""
+        while len(self.entries) > self.max_entries:
+            stage_key = next(iter(self.entries))
+            record = self.entries.pop(stage_key)
+            if record.get("task_key"):
+                task = to_dask_key(record["task_key"])
+                names = self._entries_of.get(task)
+                if names is not None:
+                    names.discard(stage_key)
+                    if not names:
+                        del self._entries_of[task]
+        while len(self.variants) > self.max_variants:
+            vid = next(iter(self.variants))
+            record = self.variants.pop(vid)
+            where = (record.get("program"), record.get("target"))
+            if self._latest.get(where) == vid:
+                del self._latest[where]
 
     # -- pinning
     @property

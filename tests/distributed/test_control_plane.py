@@ -1,0 +1,165 @@
+"""The batch's control plane: fused chains, resolution without scans, a bounded state."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from accy.distributed import graph
+from accy.distributed.batch import run_batch
+from accy.distributed.plugin import AccyCachePlugin
+from accy.distributed.resolve import latest_index, resolve
+from accy.distributed.state import fetch_state
+from accy.pipeline import PREPARATION_NAMES as STAGES
+from accy.preparation.report import RECEIPT_ORDER
+from accy.store import ArtifactStore
+from accy.sweep import Variant
+
+GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
+
+
+class StartedTasks(SchedulerPlugin):
+    """The keys of every task the scheduler starts."""
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "processing":
+            self.started.append(key)
+
+
+def test_a_variant_no_other_shares_is_one_task_and_each_stage_keeps_its_key(cluster,
+                                                                            tmp_path):
+    c, client = cluster
+    variants = [Variant(str(GRAPHS / p), "host", {0: (8, n)})
+                for p, n in (("softmax.mlir", 256), ("layernorm.mlir", 4096),
+                             ("rmsnorm.mlir", 4096))]
+    store = str(tmp_path / "store")
+    tasks = StartedTasks()
+    c.scheduler.add_plugin(tasks, name="test-started")
+    try:
+        result = run_batch(client, variants, store_url=store)
+    finally:
+        c.scheduler.remove_plugin(name="test-started")
+    assert all(o.status == "ok" for o in result.outcomes), [o.failure for o in result.outcomes]
+    accy_tasks = [k for k in tasks.started if isinstance(k, tuple)
+                  and str(k[0]).startswith(graph.TASK_PREFIX)]
+    # one chain task per variant: contract … target, compile and load fused
+    assert len(accy_tasks) == len(variants) == result.distinct_tasks
+    assert {k[0] for k in accy_tasks} == {f"{graph.TASK_PREFIX}contract-load"}
+    stored = ArtifactStore(store)
+    state = fetch_state(client)
+    for o in result.outcomes:
+        # every stage still has its own receipt, key, stored product and published entry
+        assert [r.stage for r in o.receipts] == list(RECEIPT_ORDER)
+        assert all(not r.reused for r in o.receipts)
+        for r in o.receipts:
+            if r.stage in STAGES:
+                assert stored.get(r.key) is not None, (o.id, r.stage)
+                assert state["entries"][r.key]["stage"] == r.stage
+
+
+def test_stages_shared_by_several_variants_end_a_task_of_their_own(cluster, tmp_path):
+    c, client = cluster
+    variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (8, 256)},
+                        {"kernel.block_size": b}) for b in (128, 256, 512)]
+    tasks = StartedTasks()
+    c.scheduler.add_plugin(tasks, name="test-started")
+    try:
+        result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    finally:
+        c.scheduler.remove_plugin(name="test-started")
+    assert all(o.status == "ok" for o in result.outcomes)
+    names = collections.Counter(k[0] for k in tasks.started if isinstance(k, tuple)
+                                and str(k[0]).startswith(graph.TASK_PREFIX))
+    # contract … memory are shared: one task; kernel … load differ: one task each
+    assert names == {f"{graph.TASK_PREFIX}contract-memory": 1,
+                     f"{graph.TASK_PREFIX}kernel-load": 3}
+    # the shared prefix is held under its chain key and published with it
+    state = fetch_state(client)
+    memory = {r.key for o in result.outcomes for r in o.receipts if r.stage == "memory"}
+    [key] = memory
+    assert state["entries"][key]["task_key"][0] == f"{graph.TASK_PREFIX}contract-memory"
+    assert state["entries"][key]["pinned"]
+
+
+class NoScan(Mapping[str, Any]):
+    """Published variants that refuse to be iterated: a lookup by id is all one gets."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("resolve scanned the published variants")
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def test_resolution_finds_the_nearest_variant_from_the_index_without_a_scan():
+    published = {f"v{i}": {"program": f"p{i % 3}", "target": "host", "fields": {"i": i}}
+                 for i in range(30)}
+    latest = latest_index(published)
+    requests = [{"semantic": "00" * 16, "stages": [], "variant": f"new{i}",
+                 "program": f"p{i % 3}", "target": "host"} for i in range(5)]
+    out = resolve({}, NoScan(published), [], requests, latest=latest)
+    assert [r["nearest"]["fields"]["i"] for r in out["results"]] == [27, 28, 29, 27, 28]
+    compact = resolve({}, NoScan(published), [], requests, latest=latest, compact=True)
+    assert [r["nearest"] for r in compact["results"]] == ["v27", "v28", "v29", "v27", "v28"]
+    assert sorted(compact["records"]) == ["v27", "v28", "v29"]
+
+
+def test_the_published_state_is_bounded():
+    class Scheduler:
+        tasks: dict[Any, Any] = {}
+        workers: dict[Any, Any] = {}
+
+        def client_desires_keys(self, **kwargs: Any) -> None:
+            pass
+
+    plugin = AccyCachePlugin(max_pinned=10, max_entries=5, max_variants=3)
+    plugin.scheduler = Scheduler()  # type: ignore[assignment]
+    for i in range(12):
+        assert plugin.publish(expected_version=i, entries={f"e{i}": {"stage": "kernel"}},
+                              variants={f"v{i}": {"program": "p", "target": "host"}},
+                              keys=[])["ok"]
+    assert list(plugin.entries) == [f"e{i}" for i in range(7, 12)]
+    assert list(plugin.variants) == ["v9", "v10", "v11"]
+    assert plugin.resolve(requests=[{"semantic": "00", "stages": [], "variant": "x",
+                                     "program": "p", "target": "host"}])[
+        "results"][0]["nearest"] == {"program": "p", "target": "host"}
+
+
+def test_a_chain_result_moves_without_its_binary_when_the_store_holds_it(tmp_path):
+    from distributed.protocol import deserialize, serialize
+
+    from accy.distributed.batch import _request
+    from accy.preparation.products import SemanticModule
+
+    v = Variant(str(GRAPHS / "softmax.mlir"), "cuda:sm_90", {0: (8, 256)})
+    steps = [[s, "x"] for s in (*STAGES, "compile")]
+    store = str(tmp_path / "store")
+    out = graph.chain_task(steps, SemanticModule.from_file(v.program), _request(v).to_dict(),
+                           store)
+    binary = out.result.binary
+    header, frames = serialize(out, serializers=("dask",))
+    assert sum(len(bytes(f)) for f in frames) < len(binary)  # the receipts, not the cubin
+    moved = deserialize(header, frames)
+    assert moved.receipts["compile"]["key"] == out.result.key.hex
+    assert moved.result.binary == binary  # read back from the store by its compile key
+    # without a store the binary travels in the value
+    alone = graph.chain_task(steps, SemanticModule.from_file(v.program),
+                             _request(v).to_dict(), None)
+    h2, f2 = serialize(alone, serializers=("dask",))
+    assert deserialize(h2, f2).result.binary == alone.result.binary
