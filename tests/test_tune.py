@@ -42,7 +42,7 @@ def cluster() -> Iterator[Any]:
     from accy.distributed.state import unpin
     from accy.tune.command import tune_cluster
 
-    with tune_cluster(2, processes=False, dashboard_address=":0") as c, Client(c) as client:
+    with tune_cluster(2, processes=False) as c, Client(c) as client:
         try:
             yield client
         finally:
@@ -408,7 +408,7 @@ def test_gpu_tunes_a_matmul_and_a_softmax_over_tiles_and_blocks(tmp_path: Path) 
 
     variants = load_sweeps([str(path), str(soft)])
     store = str(tmp_path / "store")
-    with tune_cluster(2, dashboard_address=":0") as c, Client(c) as client:
+    with tune_cluster(2) as c, Client(c) as client:
         try:
             result = tune(client, variants, store_url=store, reps=5)
         finally:

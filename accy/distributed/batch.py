@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from accy.distributed.graph import (
     resolve_many,
     scatter_modules,
 )
+from accy.distributed.local import HOST_ENV
 from accy.errors import AccyError
 from accy.frontends import load_program
 from accy.pipeline import PREPARATION_NAMES
@@ -301,7 +301,7 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
                        again.version)
 
 
-def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,  # noqa: C901 - split pending: being rewritten
+def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                on_done: Callable[[VariantOutcome], None] | None, fresh: bool) -> BatchResult:
     from distributed import as_completed
 
@@ -427,45 +427,16 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None, 
 # ---------------------------------------------------------------- the command
 
 
-LOCAL_CONFIG = {"distributed.scheduler.worker-saturation": "inf"}
-"""Stage tasks take milliseconds: queueing them on the scheduler triples their overhead."""
-
-
-LOCAL_HOST_ENV = "ACCY_BATCH_HOST"
+LOCAL_HOST_ENV = HOST_ENV
 """The interface the local cluster of ``accy batch`` binds (scheduler, dashboard,
 workers): 127.0.0.1 unless this says otherwise (``0.0.0.0`` for every interface)."""
 
 
 def _local_cluster(workers: int, dashboard_port: int) -> Any:
-    import dask.config
-    from distributed import LocalCluster
+    """accy's local cluster (:func:`accy.distributed.local.local_cluster`)."""
+    from accy.distributed.local import local_cluster
 
-    from accy.dashboard.api import routes_config
-    from accy.distributed import local_cluster_kwargs
-    from accy.distributed.quiet import PRELOAD as QUIET
-    from accy.executable.device import gpu_available
-
-    host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
-    kwargs: dict[str, Any] = dict(n_workers=workers, threads_per_worker=1, processes=True,
-                                  host=host, dashboard_address=f"{host}:{dashboard_port}",
-                                  **local_cluster_kwargs())
-    # the workers' own logs of failures accy reports itself are dropped (accy.distributed.quiet)
-    kwargs["preload"] = [*kwargs.get("preload", []), QUIET]
-    if gpu_available():
-        kwargs["resources"] = {"GPU": 1}
-    # routes_config: Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts.
-    # Another cluster on 8787 moves the dashboard to a free port with a UserWarning;
-    # the port it got is in client.dashboard_link (printed by --keep-open).
-    with dask.config.set(LOCAL_CONFIG), dask.config.set(routes_config()), \
-            warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
-                                category=UserWarning)
-        try:
-            return LocalCluster(**kwargs)
-        except (OSError, TimeoutError) as e:
-            raise AccyError(f"the local cluster of {workers} worker(s) did not start: "
-                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
-                from None
+    return local_cluster(workers, dashboard_port=dashboard_port)
 
 
 def available_cores() -> int:
@@ -477,11 +448,14 @@ def available_cores() -> int:
 
 
 def local_workers(requested: int | None, force: bool, warn: Callable[[str], None]) -> int:
-    """The worker count of the local cluster: ``requested`` (default 2), capped at the
+    """The worker count of the local cluster: ``requested`` (default: a worker per core
+    but one, at least two — :func:`accy.distributed.default_workers`), capped at the
     core count with a warning unless ``force``."""
+    from accy.distributed import default_workers
+
     cores = available_cores()
     if requested is None:
-        return 2
+        return min(default_workers(), max(2, cores))
     if requested > cores and not force:
         warn(f"warning: --workers {requested} is more than the {cores} core(s) here; "
              f"starting {cores} (--force-workers starts {requested})")

@@ -1,36 +1,51 @@
-"""The local cluster's topology: one GPU worker per GPU, pinned to it, and CPU workers.
+"""accy's local cluster: every worker pinned to a GPU (round-robin), timers declared.
 
-A machine with N GPUs gets N GPU workers — each started with
-``CUDA_VISIBLE_DEVICES`` listing its own GPU first (so CuPy's device 0 in that
-process *is* its GPU, set before CuPy initialises, as dask-cuda's
-``LocalCUDACluster`` does) and declaring ``GPU=1`` and ``GPU_TIMER=1`` — plus
-CPU workers for the stages and NVRTC on the remaining cores, each declaring
-``CPU_TIMER=1``. Only the small part of dask-cuda accy needs is here (device
-pinning by environment, one worker per device); accy does not depend on it.
+One builder for every local cluster accy starts (``accy batch``, ``accy tune``):
 
-GPUs are counted without importing CuPy or initialising CUDA in this process:
-``ACCY_GPUS`` (a count, or a comma-separated device list) if set, else
-``CUDA_VISIBLE_DEVICES``, else the devices the NVIDIA driver lists under
-``/proc/driver/nvidia/gpus``.
+- ``workers`` single-thread worker processes (default: a core each but one, for
+  the scheduler and the client; see :func:`accy.distributed.default_workers`);
+- on a machine with N GPUs every worker is a GPU worker (a batch's fused stage
+  chains end in the load, which must happen in the process that runs the
+  kernel), worker *i* pinned to GPU ``i mod N`` by ``CUDA_VISIBLE_DEVICES``
+  listing that GPU first — set in the worker's environment before CuPy
+  initialises, as dask-cuda's ``LocalCUDACluster`` does (accy does the small
+  part it needs and does not depend on dask-cuda). Every worker declares
+  ``GPU=1``; the first worker of each GPU also ``GPU_TIMER=1`` (timings never
+  share a device); every worker declares ``CPU_TIMER=1`` (host timings, one per
+  core);
+- the scheduler and workers bind ``host`` (127.0.0.1 unless asked), accy is
+  preloaded everywhere, the dashboard's routes and the batch configuration
+  (:func:`accy.distributed.batch_cluster_config`) are set as the scheduler starts.
+
+GPUs are counted without importing CuPy in this process: ``ACCY_GPUS`` (a count,
+or a comma-separated device list) if set, else ``CUDA_VISIBLE_DEVICES``, else the
+devices the NVIDIA driver lists under ``/proc/driver/nvidia/gpus`` — confirmed by
+:func:`accy.distributed.gpu_visible` (CuPy, in a child process) when not forced.
 
 Example
 -------
 >>> visible_devices(2, 4)
 '2,3,0,1'
->>> [s["options"]["resources"] for s in worker_specs(3, ["0", "1"]).values()]
-[{'GPU': 1, 'GPU_TIMER': 1}, {'GPU': 1, 'GPU_TIMER': 1}, {'CPU_TIMER': 1}]
+>>> [sorted(s["options"]["resources"]) for s in worker_specs(3, ["0", "1"]).values()]
+[['CPU_TIMER', 'GPU', 'GPU_TIMER'], ['CPU_TIMER', 'GPU', 'GPU_TIMER'], ['CPU_TIMER', 'GPU']]
+>>> [s["options"]["env"] for s in worker_specs(3, ["0", "1"]).values()]
+[{'CUDA_VISIBLE_DEVICES': '0,1'}, {'CUDA_VISIBLE_DEVICES': '1,0'}, {'CUDA_VISIBLE_DEVICES': '0,1'}]
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from typing import Any
+
+from accy.errors import AccyError
 
 GPUS_ENV = "ACCY_GPUS"
 """A count (``2``) or a device list (``0,3``): the GPUs the local cluster uses."""
 
-GPU_RESOURCES = {"GPU": 1, "GPU_TIMER": 1}
-CPU_RESOURCES = {"CPU_TIMER": 1}
+HOST_ENV = "ACCY_BATCH_HOST"
+"""The interface local clusters bind (default 127.0.0.1)."""
 
 
 def gpu_devices() -> list[str]:
@@ -42,77 +57,93 @@ def gpu_devices() -> list[str]:
         return [d.strip() for d in forced.split(",") if d.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    try:
-        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
-    except OSError:
-        return []
+        found = [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    else:
+        try:
+            found = [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+        except OSError:
+            found = []
+    if found:
+        from accy.distributed import gpu_visible
+
+        if not gpu_visible():  # a driver, but no GPU CuPy can use here
+            return []
+    return found
 
 
 def visible_devices(i: int, devices: int | list[str]) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for the worker of device ``i``: its own first, then
-    the others (so a library that opens "device 0" opens this worker's GPU)."""
+    """``CUDA_VISIBLE_DEVICES`` for a worker of device ``i``: its own first, then the
+    others (a library that opens "device 0" opens this worker's GPU)."""
     ids = [str(d) for d in range(devices)] if isinstance(devices, int) else list(devices)
     return ",".join(ids[i:] + ids[:i])
 
 
 def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
-                 threads: int = 1, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Dask worker specs: one GPU worker per device (at most ``workers``), then CPU
-    workers up to ``workers`` in all.
-
-    With ``processes`` the workers are nannies whose environment pins the device;
-    in-process workers (tests) declare the same resources without pinning.
-    """
+                 options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Dask worker specs (see the module docstring): GPU workers round-robin over
+    ``devices``, or CPU workers when there are none. With ``processes`` the workers
+    are nannies whose environment pins the device; in-process workers (tests)
+    declare the same resources without pinning."""
     from distributed import Nanny, Worker
 
     cls = Nanny if processes else Worker
-    base = dict(options or {}, nthreads=threads)
+    base = dict(options or {}, nthreads=1)
     specs: dict[str, Any] = {}
-    n_gpu = min(len(devices), workers)
     for i in range(workers):
         opts = dict(base)
-        if i < n_gpu:
-            opts["resources"] = dict(GPU_RESOURCES)
+        resources = {"CPU_TIMER": 1}
+        if devices:
+            d = i % len(devices)
+            resources.update(GPU=1, **({"GPU_TIMER": 1} if i < len(devices) else {}))
             if processes:
                 opts["env"] = {**opts.get("env", {}),
-                               "CUDA_VISIBLE_DEVICES": visible_devices(i, devices)}
-            name = f"gpu-{devices[i]}"
+                               "CUDA_VISIBLE_DEVICES": visible_devices(d, devices)}
+            name = f"gpu{devices[d]}-{i}"
         else:
-            opts["resources"] = dict(CPU_RESOURCES)
-            name = f"cpu-{i - n_gpu}"
+            name = f"cpu-{i}"
+        opts["resources"] = resources
         specs[name] = {"cls": cls, "options": opts}
     return specs
 
 
-def local_cluster(workers: int, *, devices: list[str] | None = None, processes: bool = True,
-                  host: str = "127.0.0.1", dashboard_address: str | None = None,
-                  threads: int = 1, worker_options: dict[str, Any] | None = None,
-                  scheduler_options: dict[str, Any] | None = None) -> Any:
-    """A ``SpecCluster`` of :func:`worker_specs` (GPU workers pinned to their devices,
-    CPU workers after them) with accy preloaded on the scheduler and every worker."""
+def local_cluster(workers: int | None = None, *, devices: list[str] | None = None,
+                  processes: bool = True, dashboard_port: int = 0,
+                  host: str | None = None) -> Any:
+    """Start accy's local cluster (see the module docstring); an :class:`AccyError`
+    in one line if it does not start."""
+    import dask.config
     from distributed import Scheduler, SpecCluster
 
-    from accy.distributed import PRELOAD
+    from accy.dashboard.api import routes_config
+    from accy.distributed import PRELOAD, batch_cluster_config, default_workers
+    from accy.distributed.quiet import PRELOAD as QUIET
 
+    n = workers or default_workers()
     devices = gpu_devices() if devices is None else devices
-    wopts = dict(worker_options or {})
-    wopts["preload"] = [PRELOAD, *wopts.get("preload", [])]
-    sopts: dict[str, Any] = dict(scheduler_options or {})
-    sopts["preload"] = [PRELOAD, *sopts.get("preload", [])]
+    host = host or os.environ.get(HOST_ENV) or "127.0.0.1"
+    wopts: dict[str, Any] = {"preload": [PRELOAD, QUIET] if processes else [PRELOAD],
+                             "silence_logs": logging.WARN}  # as LocalCluster: no INFO chatter
+    sopts: dict[str, Any] = {"preload": [PRELOAD]}
     if processes:
-        wopts.setdefault("host", host)
-        sopts.setdefault("host", host)
-        sopts.setdefault("dashboard_address", dashboard_address or f"{host}:0")
+        wopts["host"] = host
+        sopts.update(host=host, dashboard_address=f"{host}:{dashboard_port}")
     else:
-        sopts.setdefault("dashboard_address", dashboard_address or ":0")
-        sopts.setdefault("protocol", "inproc://")
-        wopts.pop("host", None)
-    scheduler = {"cls": Scheduler, "options": sopts}
-    return SpecCluster(workers=worker_specs(workers, devices, processes=processes,
-                                            threads=threads, options=wopts),
-                       scheduler=scheduler, asynchronous=False, name="accy")
+        sopts.update(protocol="inproc://", dashboard_address=":0")
+    specs = worker_specs(n, devices, processes=processes, options=wopts)
+    # Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts; another
+    # cluster on the port moves the dashboard to a free one (client.dashboard_link)
+    with dask.config.set(batch_cluster_config()), dask.config.set(routes_config()), \
+            warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
+                                category=UserWarning)
+        try:
+            return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": sopts},
+                               name="accy", silence_logs=logging.WARN)
+        except (OSError, TimeoutError) as e:
+            raise AccyError(f"the local cluster of {n} worker(s) did not start: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+                from None
 
 
-__all__ = ["GPUS_ENV", "GPU_RESOURCES", "CPU_RESOURCES", "gpu_devices", "visible_devices",
-           "worker_specs", "local_cluster"]
+__all__ = ["GPUS_ENV", "HOST_ENV", "gpu_devices", "visible_devices", "worker_specs",
+           "local_cluster"]

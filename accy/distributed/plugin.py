@@ -224,7 +224,7 @@ class AccyCachePlugin(SchedulerPlugin):
         for variant_id, record in (variants or {}).items():
             self.variants.pop(variant_id, None)
             record = self.variants[variant_id] = jsonable(dict(record))
-            self._latest[(record.get("program"), record.get("target"))] = variant_id
+            self._latest[(str(record.get("program")), str(record.get("target")))] = variant_id
         self._enforce_state_bound()
         pinned = self._pin([to_dask_key(k) for k in keys or []])
         return {"ok": True, "version": self.version, "pinned": [to_wire_key(k) for k in pinned]}
@@ -261,7 +261,7 @@ class AccyCachePlugin(SchedulerPlugin):
         while len(self.variants) > self.max_variants:
             vid = next(iter(self.variants))
             record = self.variants.pop(vid)
-            where = (record.get("program"), record.get("target"))
+            where = (str(record.get("program")), str(record.get("target")))
             if self._latest.get(where) == vid:
                 del self._latest[where]
 

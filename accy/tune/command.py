@@ -1,71 +1,32 @@
-"""``accy tune``: the command, and the local cluster it starts.
-
-Example
--------
->>> tune_cluster_kwargs(gpu=False)["resources"]
-{'CPU_TIMER': 1}
-"""
+"""``accy tune``: the command, and the local cluster it starts (:func:`tune_cluster`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from accy.errors import AccyError
 
 
-def tune_cluster_kwargs(gpu: bool | None = None) -> dict[str, Any]:
-    """``LocalCluster`` keyword arguments for tuning: accy preloaded
-    (:func:`accy.distributed.local_cluster_kwargs`), one thread per worker, and the
-    timer resources: ``CPU_TIMER=1`` on every worker, and with a GPU here
-    ``GPU=1, GPU_TIMER=1`` (the timing lock, named after the GPU, keeps the
-    workers that share it to one timing at a time)."""
-    from accy.distributed import local_cluster_kwargs
-    from accy.executable.device import gpu_available
-
-    resources: dict[str, int] = {"CPU_TIMER": 1}
-    if gpu_available() if gpu is None else gpu:
-        resources.update(GPU=1, GPU_TIMER=1)
-    return dict(threads_per_worker=1, resources=resources, **local_cluster_kwargs())
-
-
 @contextlib.contextmanager
-def tune_cluster(workers: int = 2, *, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
-    """A local Dask cluster that can tune (see :func:`tune_cluster_kwargs`).
+def tune_cluster(workers: int = 2, *, processes: bool = True) -> Iterator[Any]:
+    """accy's local cluster (:func:`accy.distributed.local.local_cluster`): it declares
+    the timer resources tuning needs (``CPU_TIMER`` on every worker, ``GPU_TIMER`` on
+    one worker per GPU).
 
     Example
     -------
     >>> from distributed import Client
-    >>> with tune_cluster(1, processes=False, dashboard_address=":0") as c, Client(c) as cl:
+    >>> with tune_cluster(1, processes=False) as c, Client(c) as cl:
     ...     sorted(cl.scheduler_info()["workers"].popitem()[1]["resources"])
     ['CPU_TIMER']
     """
-    import dask.config
-    from distributed import LocalCluster
+    from accy.distributed.local import local_cluster
 
-    from accy.distributed.batch import LOCAL_CONFIG, LOCAL_HOST_ENV
-    from accy.distributed.quiet import PRELOAD as QUIET
-
-    opts: dict[str, Any] = dict(n_workers=workers, processes=processes,
-                                **tune_cluster_kwargs())
-    if processes:  # in-process workers talk inproc://: no host to bind
-        host = os.environ.get(LOCAL_HOST_ENV) or "127.0.0.1"
-        opts.update(host=host, dashboard_address=f"{host}:0")
-        opts["preload"] = [*opts.get("preload", []), QUIET]
-    opts.update(kwargs)
-    with dask.config.set(LOCAL_CONFIG), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
-                                category=UserWarning)
-        try:
-            cluster = LocalCluster(**opts)
-        except (OSError, TimeoutError) as e:
-            raise AccyError(f"the local cluster of {workers} worker(s) did not start: "
-                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
-                from None
+    cluster = local_cluster(workers, processes=processes,
+                            devices=None if processes else [])
     try:
         yield cluster
     finally:

@@ -171,10 +171,15 @@ def result_error(got: Sequence[Any], want: Sequence[np.ndarray], elements: Seque
 
 def _compiled(item: Any) -> Any:
     """A compiled fragment: held by the cluster, or read back from the store."""
+    from accy.distributed.graph import compiled_of
     from accy.executable.compile import CompiledFragment
 
-    if isinstance(item, CompiledFragment):
-        return item
+    if not isinstance(item, dict):  # a held chain result (or fragment) of the batch
+        compiled = compiled_of(item)
+        if isinstance(compiled, CompiledFragment):
+            return compiled
+        raise RuntimeError(f"the held value is no compiled fragment "
+                           f"({type(compiled).__name__})")
     url, key = item["store"], item["key"]  # the cluster no longer held it: the store's copy
     from accy.store import ArtifactStore, default_max_bytes
 
