@@ -303,23 +303,34 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
 
 def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                on_done: Callable[[VariantOutcome], None] | None, fresh: bool) -> BatchResult:
-    from distributed import as_completed
-
+    """One pass of :func:`run_batch`: check the variants, resolve and submit them as one
+    graph, then collect and publish their results as they arrive."""
     from accy.distributed import ensure_plugin
 
     t0 = time.perf_counter()
     if not getattr(client, "_accy_plugin_checked", False):
         ensure_plugin(client)
         client._accy_plugin_checked = True
-    modules: dict[str, SemanticModule | AccyError] = {}
     outcomes: dict[str, VariantOutcome] = {}
-    scattered: dict[str, Any] = {}
 
     def finish(o: VariantOutcome) -> None:
         outcomes[o.id] = o
         if on_done and (fresh or not (o.failure or {}).get("input_lost")):
             on_done(o)  # a variant refreshed again is reported when that ends
 
+    todo = _checked_variants(variants, finish)
+    collector, pending, distinct = _submit(client, todo, store_url, fresh, finish)
+    del todo
+    _collect(collector, pending, finish)
+    ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
+    return BatchResult(ordered, time.perf_counter() - t0, distinct, collector.version)
+
+
+def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutcome], None]) \
+        -> list[tuple[Variant, SemanticModule, VariantRequest]]:
+    """Each variant with its program and request; one whose program does not load or
+    whose options are bad is finished as failed here."""
+    modules: dict[str, SemanticModule | AccyError] = {}
     todo: list[tuple[Variant, SemanticModule, VariantRequest]] = []
     for v in variants:
         if v.program not in modules:
@@ -342,7 +353,15 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                 "stage": "contract"}))
             continue
         todo.append((v, mod, req))
-    # one round trip: the scheduler resolves every variant's published prefix
+    return todo
+
+
+def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
+            store_url: str | None, fresh: bool, finish: Callable[[VariantOutcome], None]) \
+        -> tuple[_Collector, dict[Any, list[RefreshPlan]], int]:
+    """Resolve every variant's published prefix (one round trip), plan its chains and
+    submit the whole batch as one graph; the fully reused variants finish here.
+    Returns the collector, the plans by the key of their last task, the task count."""
     templates: dict[str, int] = {}
     answer = resolve_many(client, [resolution_request(m, r, templates) for _, m, r in todo],
                           templates)
@@ -354,20 +373,19 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     # the programs of variants with no published prefix, scattered in one round trip
     starts = {m.fingerprint(): m for (_, m, _), r in zip(todo, answer["results"])
               if fresh or not r.get("resolved")}
-    scattered.update(scatter_modules(client, list(starts.values())))
+    scattered: dict[str, Any] = dict(scatter_modules(client, list(starts.values())))
     for (_, mod, req), resolution in zip(todo, answer["results"]):
         if fresh:  # what the published state pointed at is gone: recompute it all
             resolution = {"resolved": [], "variant": resolution.get("variant"),
                           "nearest": resolution.get("nearest")}
         plans.append(plan_refresh(client, mod, req, resolution, store_url, gpu, graph,
                                   scattered))
-    del todo, answer
+    del answer
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)
     futures = graph.submit(client, fuse_gpu=not gpu or all_gpu)
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
-    published: list[RefreshPlan] = []
     for p in plans:
         p.bind(futures, graph.segment_of, graph.ends)
         if p.tail is None:
@@ -377,33 +395,28 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                 publications.append(pub)
         else:
             pending.setdefault(p.tail.key, []).append(p)
-    distinct = len(futures)
-    tails = [ps[0].tail for ps in pending.values()]
-    del plans, futures, graph
     collector.publish(publications)
-    # Results arrive in the background (with_results): each is the small receipts
-    # map of a variant's last chain task. Finished variants are published together
-    # every PUBLISH_INTERVAL_S, so the client makes a scheduler round trip per group
-    # of variants, not per variant; a plan lets go of its futures once published.
-    publications = []
+    return collector, pending, len(futures)
+
+
+def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
+             finish: Callable[[VariantOutcome], None]) -> None:
+    """Results arrive in the background (``with_results``): each is the small receipts
+    map of a variant's last chain task. Finished variants are published together every
+    :data:`PUBLISH_INTERVAL_S`, so the client makes a scheduler round trip per group of
+    variants, not per variant; a plan lets go of its futures once published."""
+    from distributed import as_completed
+
+    publications: list[dict[str, Any]] = []
+    published: list[RefreshPlan] = []
     last_publish = time.monotonic()
+    tails = [ps[0].tail for ps in pending.values()]
     finished = as_completed(tails, with_results=True, raise_errors=False)
     del tails
     for done in finished.batches():
         for f, result in done:
             for p in pending.pop(f.key):
-                if f.status != "finished":
-                    # an erred chain (as_completed hands back (type, exception,
-                    # traceback)), or a cancelled refresh (an input it needed was lost
-                    # with a worker): a failure, never an empty success
-                    if isinstance(result, tuple) and len(result) == 3:
-                        result = result[1]
-                    err = result if isinstance(result, BaseException) else CancelledError(
-                        f"the refresh was {f.status}: an input it needed was lost "
-                        f"(a worker died?)")
-                    o, pub = collector.collect(p, None, err)
-                else:
-                    o, pub = collector.collect(p, result.receipts, None)
+                o, pub = collector.collect(p, *_outcome_of(f, result))
                 if pub:
                     publications.append(pub)
                     published.append(p)
@@ -420,8 +433,19 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     collector.publish(publications)
     for p in published:
         p.release()
-    ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
-    return BatchResult(ordered, time.perf_counter() - t0, distinct, collector.version)
+
+
+def _outcome_of(f: Any, result: Any) -> tuple[Any, BaseException | None]:
+    """(receipts, None) of a finished chain; (None, the error) of an erred one — or of a
+    cancelled refresh (an input it needed was lost with a worker): a failure, never an
+    empty success."""
+    if f.status == "finished":
+        return result.receipts, None
+    if isinstance(result, tuple) and len(result) == 3:  # (type, exception, traceback)
+        result = result[1]
+    err = result if isinstance(result, BaseException) else CancelledError(
+        f"the refresh was {f.status}: an input it needed was lost (a worker died?)")
+    return None, err
 
 
 # ---------------------------------------------------------------- the command
