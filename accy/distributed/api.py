@@ -18,6 +18,7 @@ from typing import Any
 from accy.distributed.batch import BatchResult, VariantOutcome, run_batch
 from accy.errors import AccyError
 from accy.sweep import Variant
+from accy.target.backend import backend_of
 
 
 def refresh(client: Any, program: str, *, target: str = "host",
@@ -57,8 +58,9 @@ def run(client: Any, outcome: VariantOutcome, *arrays: Any) -> list[Any]:
     compiled: Future = Future(tuple(outcome.compile_task), client=client)
     desc = outcome.fragment or {}
     workers = client.scheduler_info(n_workers=-1)["workers"]
-    cuda = not str(desc.get("target", "host")).startswith("host") if desc else \
-        outcome.id.find("target=cuda") >= 0
+    # the load descriptor names the target; without one the load was skipped, which
+    # happens only to a target that needs a GPU where none was
+    cuda = backend_of(str(desc["target"])).needs_gpu if desc.get("target") else True
     gpu = any((w.get("resources") or {}).get("GPU", 0) > 0 for w in workers.values())
     if cuda and not gpu:
         raise AccyError(f"variant {outcome.id} is a CUDA fragment and the cluster has no GPU "
