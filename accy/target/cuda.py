@@ -310,7 +310,7 @@ class _RowEmitter:
         lines.append("#pragma unroll")
         lines.append(f"for (int j = 0; j < {self.items}; ++j) {{")
         lines.append(f"  const int c = (j * {self.tpr} + t) * {self.vec};")
-        guard = self.cols % (self.tpr * self.vec) != 0
+        guard = self.cols == 0 or self.cols % (self.tpr * self.vec) != 0
         if guard:
             lines.append(f"  if (c < {self.cols}) {{")
         inner = Scope([], parent=self.outer)

@@ -124,3 +124,40 @@ def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
     text = source(graph("mlp", "bf16"), {0: (4096, 256)})
     assert text.count("mma.sync.aligned") == 2
     cubin(text)
+
+
+# ------------------------------------------------- empty tensors (found on the H200)
+
+EMPTY = '''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<5x0xbf16>, tensor<0x7xf32>) -> (tensor<1x1xbf16>, tensor<5x0xbf16>, tensor<0xf32>, tensor<0x7xf32>), sym_name = "main"}> ({
+  ^bb0(%a: tensor<5x0xbf16>, %b: tensor<0x7xf32>):
+    %0 = "semantic.rmsnorm"(%a, %a) {axis = 0 : i64, epsilon = 1.0e-05 : f32} : (tensor<5x0xbf16>, tensor<5x0xbf16>) -> tensor<5x0xbf16>
+    %1 = "semantic.reduce_max"(%0) {axes = array<i64: 0, 1>, keepdims = true} : (tensor<5x0xbf16>) -> tensor<1x1xbf16>
+    %2 = "semantic.softmax"(%a) {axis = -1 : i64} : (tensor<5x0xbf16>) -> tensor<5x0xbf16>
+    %3 = "semantic.reduce_sum"(%b) {axes = array<i64: 1>, keepdims = false} : (tensor<0x7xf32>) -> tensor<0xf32>
+    %4 = "semantic.softmax"(%b) {axis = 1 : i64} : (tensor<0x7xf32>) -> tensor<0x7xf32>
+    "func.return"(%1, %2, %3, %4) : (tensor<1x1xbf16>, tensor<5x0xbf16>, tensor<0xf32>, tensor<0x7xf32>) -> ()
+  }) : () -> ()
+}) : () -> ()'''
+
+
+def test_kernels_over_empty_tensors_compile_and_run_with_their_identities() -> None:
+    """No rows or no columns: one block that returns (never a grid of 0), a column
+    loop that reads nothing (never a register array of 0), reductions that give
+    their identities. The CUDA compiles; the host computes what the reference does."""
+    import numpy as np
+
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import PreparationRequest
+    from accy.reference import run_reference
+
+    sm = SemanticModule.from_text(EMPTY)
+    cubin(source(sm, {}))
+    xs = [np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32)]
+    got = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest()).fragment(*xs)
+    want = run_reference(sm.module, xs)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g, dtype=np.float32),
+                                      np.asarray(w, dtype=np.float32))

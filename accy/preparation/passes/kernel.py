@@ -199,17 +199,20 @@ class PlanKernels(Pass):
             while halves and vec > 1 and cols < 32 * vec:
                 vec //= 2  # a short row of halves keeps every lane of the warp busy
             warp = cols <= 32 * vec * 8 if self.rows_per_block == 0 else self.rows_per_block > 1
+            warp = warp or rows == 0  # no rows: one block that returns (the warp path's bound)
             if warp:
                 rpb = self.rows_per_block or bs // 32
                 rpb = max(1, min(rpb, bs // 32))
                 per_row = 32
-                grid = math.ceil(rows / rpb)
+                grid = max(1, math.ceil(rows / rpb))
                 block = (32 * rpb, 1, 1)
                 shared = 0
             else:
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
                 shared = 32 * 8
-            items = math.ceil(cols / (per_row * vec))
+            # an empty row still runs its (guarded, empty) column loop once: the
+            # reductions of no element give their identities
+            items = max(1, math.ceil(cols / (per_row * vec)))
             cached = _cached_inputs(region) if items * vec <= MAX_CACHED_PER_THREAD else ()
             return {"mapping": "warp-per-row" if warp else "block-per-row", "block": block,
                     "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
@@ -227,7 +230,8 @@ class PlanKernels(Pass):
         # 16×16 threads a block; each computes a (tile_m/16)×(tile_n/16) micro-tile
         mt_m, mt_n = max(1, tm // 16), max(1, tn // 16)
         return {"mapping": "tiled", "block": (tn // mt_n, tm // mt_m, 1),
-                "grid": (math.ceil(n / tn), math.ceil(m / tm), batch), "vector_width": 1,
+                "grid": (max(1, math.ceil(n / tn)), max(1, math.ceil(m / tm)), max(1, batch)),
+                "vector_width": 1,
                 "shared_bytes": tk * ((tm + 1) + (tn + 4)) * _element_bytes(mm),
                 "tile": (tm, tn, tk), "micro_tile": (mt_m, mt_n)}
 
@@ -241,6 +245,9 @@ class PlanKernels(Pass):
         """
         if not self.tensor_cores or self.sm < 80:
             return None
+        out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]
+        if 0 in out or 0 in tuple(mm.operands[0].type.shape):  # type: ignore[attr-defined]
+            return None  # nothing to multiply: the guarded FFMA tiles
         a, b = mm.operands
         args = list(region.body.args)
         if a not in args or b not in args:
