@@ -448,6 +448,8 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
              f" * {tn};",
              "  const long long bz = blockIdx.z;"]
+    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
+        lines.append("  if (bz >= 0) return;")
     pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
     lines += ["  " + p for p in pre]
     lines += [f"  {ct} acc[{mt_m}][{mt_n}];",
@@ -572,6 +574,8 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
              f" * {tn};",
              "  const long long bz = blockIdx.z;"]
+    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
+        lines.append("  if (bz >= 0) return;")
     pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
     lines += ["  " + p for p in pre]
     lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",

@@ -161,3 +161,21 @@ def test_kernels_over_empty_tensors_compile_and_run_with_their_identities() -> N
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g, dtype=np.float32),
                                       np.asarray(w, dtype=np.float32))
+
+
+def test_a_matmul_over_an_empty_batch_touches_no_memory() -> None:
+    """Batch 0 (0x4x2 @ 2x3): the launch's one block returns before any load or store
+    (it read and wrote batch 0 of empty buffers on the H200: an illegal address)."""
+    from accy.preparation.products import SemanticModule
+
+    sm = SemanticModule.from_text('''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<0x4x2xf16>, tensor<2x3xf16>) -> tensor<0x4x3xf16>, sym_name = "main"}> ({
+  ^bb0(%a: tensor<0x4x2xf16>, %b: tensor<2x3xf16>):
+    %0 = "semantic.matmul"(%a, %b) : (tensor<0x4x2xf16>, tensor<2x3xf16>) -> tensor<0x4x3xf16>
+    "func.return"(%0) : (tensor<0x4x3xf16>) -> ()
+  }) : () -> ()
+}) : () -> ()''')
+    text = source(sm, {})
+    body = text[text.index("const long long bz = blockIdx.z;"):]
+    assert body.index("if (bz >= 0) return;") < body.index("As[")  # before any access
+    cubin(text)
