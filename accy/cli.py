@@ -288,7 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code or 0)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            click.echo("error: interrupted", err=True)
+            return 130
         click.echo("error: aborted", err=True)
         return 1
     except click.UsageError as e:

@@ -407,12 +407,21 @@ def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
     variants, not per variant; a plan lets go of its futures once published."""
     from distributed import as_completed
 
-    publications: list[dict[str, Any]] = []
-    published: list[RefreshPlan] = []
-    last_publish = time.monotonic()
     tails = [ps[0].tail for ps in pending.values()]
     finished = as_completed(tails, with_results=True, raise_errors=False)
     del tails
+    try:
+        _collect_batches(collector, pending, finish, finished)
+    finally:
+        finished.clear()  # a stopped batch (Ctrl-C) tracks no result any more
+
+
+def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
+                     finish: Callable[[VariantOutcome], None], finished: Any) -> None:
+    """Each group of finished chains: its variants' outcomes, published in groups."""
+    publications: list[dict[str, Any]] = []
+    published: list[RefreshPlan] = []
+    last_publish = time.monotonic()
     for done in finished.batches():
         for f, result in done:
             for p in pending.pop(f.key):
@@ -604,7 +613,13 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
         notes: dict[str, Any] | None = None
         if tuned:
             variants, notes = _apply_tuned(client, variants, store_url, echo)
-        result = _run_with_progress(client, variants, store_url, progress)
+        try:
+            result = _run_with_progress(client, variants, store_url, progress)
+        except BatchInterrupted as stop:
+            echo(f"interrupted: {len(stop.partial.outcomes)} of {stop.total} variants had "
+                 f"finished")
+            _write_outputs(client, stop.partial, report, html, echo, notes)
+            raise KeyboardInterrupt from None  # the command exits 130
         _record(client, result)
         _say_results(result, explain_misses, echo)
         _write_outputs(client, result, report, html, echo, notes)
@@ -686,16 +701,36 @@ def _run_with_progress(client: Any, variants: Sequence[Variant], store_url: str,
                file=sys.stderr, dynamic_ncols=True)
     texts: dict[str, bytes | None] = {}
 
+    finished: list[VariantOutcome] = []
+    t0 = time.perf_counter()
+
     def done(o: VariantOutcome) -> None:
+        finished.append(o)
         bar.update(1)
         if o.status != "ok":
             _own_location(o, texts)
             if progress:  # the details follow the summary, once
                 bar.write(f"failed: {o.id}", file=sys.stderr)
 
-    result = run_batch(client, variants, store_url=store_url, on_done=done)
+    try:
+        result = run_batch(client, variants, store_url=store_url, on_done=done)
+    except KeyboardInterrupt:
+        bar.close()
+        # what finished before Ctrl-C: the caller writes it as a partial report
+        raise BatchInterrupted(BatchResult(list(finished), time.perf_counter() - t0, 0, 0),
+                               len(variants)) from None
     bar.close()
     return result
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch: the variants that had finished (their report is written
+    before the command exits 130)."""
+
+    def __init__(self, partial: BatchResult, total: int) -> None:
+        super().__init__()
+        self.partial = partial
+        self.total = total
 
 
 def _say_results(result: BatchResult, explain_misses: bool,

@@ -34,7 +34,8 @@ PRELOAD = "accy.distributed.quiet"
 """Dask preload name of this module (its :func:`dask_setup` installs the filter)."""
 
 LOGGERS = ("distributed.worker", "distributed.core", "distributed.comm",
-           "distributed.batched", "distributed.nanny")
+           "distributed.batched", "distributed.nanny", "distributed.worker.state_machine",
+           "distributed.scheduler", "distributed.client", "tornado.application")
 """The Dask loggers the filter sits on (a logger's filter sees only its own records)."""
 
 TASK_PREFIX = "accy_"
@@ -66,6 +67,12 @@ class AccyLogFilter(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         if msg.startswith("Compute Failed") and args and _is_accy_task(args[0]):
             return False
+        if "ended with CancelledError" in record.getMessage() and \
+                f"'{TASK_PREFIX}" in record.getMessage():
+            return False  # an accy task cancelled as the batch stops (Ctrl-C, shutdown)
+        if msg.startswith(("Couldn't gather keys", "Couldn't gather")) and \
+                f"'{TASK_PREFIX}" in record.getMessage():
+            return False  # results of a batch that stopped, no longer wanted
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             if "heartbeat" in msg and isinstance(exc, OSError):
@@ -87,5 +94,13 @@ def install() -> None:
 
 
 def dask_setup(dask_server: Any) -> None:
-    """Dask preload hook: install the filter in the worker's process."""
+    """Dask preload hook: install the filter in the worker's process, and let Ctrl-C
+    at the terminal reach only the command: the local cluster's worker processes
+    share its process group, and their nannies stop them when the command shuts the
+    cluster down (a SIGINT in each would print a traceback per worker)."""
+    import signal
+    import threading
+
     install()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

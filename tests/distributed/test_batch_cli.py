@@ -288,3 +288,47 @@ def test_stage_failures_on_the_local_cluster_are_said_once_and_name_their_own_fi
     doc = json.loads(report.read_text())
     assert [v["failure"]["message"].split(":", 1)[0] for v in doc["variants"]] == \
         [str(tmp_path / "a.mlir"), str(tmp_path / "b.mlir"), str(GRAPHS / "softmax.mlir")]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_batch_writes_a_partial_report_and_exits_130(tmp_path):
+    """Ctrl-C at the terminal (SIGINT to the whole process group) mid-batch: exit 130,
+    one ``error: interrupted`` line, no traceback from the command or its workers,
+    and the report holds the variants that had finished."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    shapes = "\n".join(f"  - {{arg0: {8 * i}x4096}}" for i in range(1, 41))
+    sweep = tmp_path / "big.yaml"
+    sweep.write_text(f"programs: [{GRAPHS}/softmax.mlir, {GRAPHS}/layernorm.mlir]\n"
+                     f"targets: [host]\nshapes:\n{shapes}\n"
+                     "options:\n  kernel.block_size: [64, 128, 256, 512, 1024]\n")
+    report = tmp_path / "r.json"
+    env = dict(os.environ, HOME=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-m", "accy", "batch", str(sweep), "--report",
+                          str(report), "--workers", "2", "--cache", str(tmp_path / "store")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         start_new_session=True, cwd=str(ROOT))
+    os.set_blocking(p.stderr.fileno(), False)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        seen += p.stderr.read() or b""
+        if b"/400 [" in seen and b" 0/400" not in seen[-200:]:
+            break  # the progress bar has moved: variants are finishing
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    both = out.decode() + (seen + err).decode(errors="replace")
+    if p.returncode == 0:
+        pytest.skip("the batch finished before the interrupt")
+    assert p.returncode == 130, both
+    assert "Traceback" not in both, both
+    assert "error: interrupted" in both
+    partial = json.loads(report.read_text())
+    assert 0 < partial["summary"]["variants"] < 400
+    assert f"interrupted: {partial['summary']['variants']} of 400 variants had finished" in both
