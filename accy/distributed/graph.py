@@ -545,8 +545,22 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
     data = {f"{TASK_PREFIX}semantic-{m.fingerprint()}-{tag}": m for m in modules}
     if not data:
         return {}
-    futures = client.scatter(data, hash=False, broadcast=True)
+    for attempt in range(SCATTER_TRIES):
+        try:  # a worker dying mid-scatter must not hang the batch: bounded, tried again
+            futures = client.scatter(data, hash=False, broadcast=True,
+                                     timeout=SCATTER_TIMEOUT_S)
+            break
+        except (TimeoutError, OSError) as e:
+            if attempt + 1 == SCATTER_TRIES:
+                raise AccyError(f"sending the programs to the workers failed "
+                                f"{SCATTER_TRIES} times ({type(e).__name__}: {e}); is the "
+                                f"cluster losing workers?") from None
     return {m.fingerprint(): futures[k] for k, m in data.items()}
+
+
+SCATTER_TIMEOUT_S = 60
+SCATTER_TRIES = 2
+"""A scatter to every worker is bounded in time and tried again once."""
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,

@@ -99,3 +99,23 @@ def test_a_fragment_copied_over_another_key_is_not_reused(tmp_path):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     (y,) = again.fragment(x)
     np.testing.assert_allclose(np.asarray(y), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_a_scatter_that_times_out_is_tried_again_then_one_error(monkeypatch):
+    """A worker dying during the broadcast scatter hung ``accy batch`` forever: the
+    scatter is bounded in time, tried once more, then a one-line AccyError."""
+    from accy.distributed import graph
+    from accy.errors import AccyError
+    from accy.preparation.products import SemanticModule
+
+    calls = []
+
+    class Client:
+        def scatter(self, data, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(kwargs.get("timeout"))
+            raise TimeoutError("no worker answered")
+
+    sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
+    with pytest.raises(AccyError, match="sending the programs to the workers failed 2 times"):
+        graph.scatter_modules(Client(), [sm])
+    assert calls == [graph.SCATTER_TIMEOUT_S] * 2
