@@ -38,6 +38,24 @@ def _shared(f):  # type: ignore[no-untyped-def]
     return f
 
 
+def _cluster(f):  # type: ignore[no-untyped-def]
+    """Options of the commands that run sweeps on a cluster (batch, tune)."""
+    for option in reversed((
+        click.option("--scheduler", help="Address of a running Dask scheduler (default: a "
+                     "local cluster)."),
+        click.option("--workers", type=click.IntRange(1, 256),
+                     help="Workers of the local cluster (default: one per core but one, "
+                     "at least 2; at most one per core)."),
+        click.option("--force-workers", is_flag=True,
+                     help="Start --workers N even when N is more than the cores here."),
+        click.option("--no-progress", is_flag=True, help="No progress bars."),
+        click.option("--max-variants", type=click.IntRange(1), default=100_000,
+                     show_default=True, help="Refuse sweeps that define more variants than "
+                     "this (counted up front)."))):
+        f = option(f)
+    return f
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="accy")
 def cli() -> None:
@@ -177,12 +195,7 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, tuned: bo
 
 @cli.command()
 @click.argument("sweeps", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--scheduler", help="Address of a running Dask scheduler (default: a local "
-              "cluster).")
-@click.option("--workers", type=click.IntRange(1, 256),
-              help="Workers of the local cluster (default 2; at most one per core).")
-@click.option("--force-workers", is_flag=True,
-              help="Start --workers N even when N is more than the cores here.")
+@_cluster
 @click.option("--cache", "cache_dir", help="Artifact store: a folder or fsspec URL.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the JSON report here.")
@@ -192,9 +205,6 @@ def compile(file: str, cache_dir: str | None, report_path: str | None, tuned: bo
               help="Write a self-contained HTML page of the stage timings.")
 @click.option("--keep-open", type=click.FloatRange(0), metavar="SECONDS",
               help="Keep the local cluster (and its dashboard) up this long after the batch.")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--max-variants", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Refuse sweeps that define more variants than this (counted up front).")
 @click.option("--tuned", is_flag=True,
               help="Compile each variant with the options accy tune chose (on the tuned axes).")
 def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
@@ -216,12 +226,7 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 
 @cli.command()
 @click.argument("sweeps", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--scheduler", help="Address of a running Dask scheduler (default: a local "
-              "cluster).")
-@click.option("--workers", type=click.IntRange(1, 256),
-              help="Workers of the local cluster (default 2; at most one per core).")
-@click.option("--force-workers", is_flag=True,
-              help="Start --workers N even when N is more than the cores here.")
+@_cluster
 @click.option("--cache", "cache_dir",
               help="Artifact store (a folder or fsspec URL): stages, binaries, tuning database.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
@@ -235,9 +240,6 @@ def batch(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
 @click.option("--check", "check", type=click.IntRange(-1), default=3, show_default=True,
               help="Variants besides the winner checked against the reference (-1: all).")
 @click.option("--detail", is_flag=True, help="Print every variant's time, not only winners.")
-@click.option("--no-progress", is_flag=True, help="No progress bars.")
-@click.option("--max-variants", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Refuse sweeps that define more variants than this (counted up front).")
 def tune(sweeps: tuple[str, ...], scheduler: str | None, workers: int | None,
          force_workers: bool, cache_dir: str | None, report_path: str | None,
          html_path: str | None, reps: int, retune: bool, check: int, detail: bool,

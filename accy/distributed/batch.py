@@ -604,8 +604,8 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
     """
     import sys
 
-    variants, store_url = _checked_inputs(sweeps, scheduler, cache, report, html, max_variants)
-    client, cluster = _connect(scheduler, workers, force_workers)
+    variants, store_url = check_inputs(sweeps, scheduler, cache, report, html, max_variants)
+    client, cluster = connect(scheduler, workers, force_workers)
     try:
         if keep_open is not None:
             echo(f"dashboard: {client.dashboard_link}")
@@ -628,10 +628,10 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
             time.sleep(keep_open)
         return 1 if result.failed else 0
     finally:
-        _shut_down(client, cluster)
+        shut_down(client, cluster)
 
 
-def _checked_inputs(sweeps: Sequence[str], scheduler: str | None, cache: str | None,
+def check_inputs(sweeps: Sequence[str], scheduler: str | None, cache: str | None,
                     report: str | None, html: str | None,
                     max_variants: int | None) -> tuple[list[Variant], str]:
     """Check everything a user can get wrong before a cluster starts; (variants, store URL)."""
@@ -666,7 +666,7 @@ def _apply_tuned(client: Any, variants: list[Variant], store_url: str,
     return variants, notes
 
 
-def _connect(scheduler: str | None, workers: int | None,
+def connect(scheduler: str | None, workers: int | None,
              force_workers: bool) -> tuple[Any, Any]:
     """A client of the scheduler at ``scheduler``, or of a new local cluster; (client, cluster)."""
     import sys
@@ -769,7 +769,7 @@ def _write_outputs(client: Any, result: BatchResult, report: str | None, html: s
         echo(f"html: {html}")
 
 
-def _shut_down(client: Any, cluster: Any) -> None:
+def shut_down(client: Any, cluster: Any) -> None:
     """Close the client, and the local cluster (its pinned state released first) if any."""
     from accy.distributed.state import unpin
 

@@ -41,49 +41,16 @@ def tune_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | No
     """``accy tune``: returns the exit code (0: every group has a winner and no variant
     failed or was wrong; 1 otherwise; the report and the database are written either way).
     """
-    from distributed import Client
     from tqdm import tqdm
 
-    from accy.distributed import quiet
-    from accy.distributed.batch import (
-        check_scheduler_address,
-        check_store_url,
-        local_workers,
-    )
-    from accy.distributed.state import unpin
-    from accy.paths import check_writable_file
-    from accy.store import default_store_url
-    from accy.sweep import MAX_VARIANTS, load_sweeps
+    from accy.distributed.batch import check_inputs, connect, shut_down
     from accy.tune.report import format_table, problem_lines, write_html
     from accy.tune.tuner import tune
 
-    def warn(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    variants = load_sweeps(list(sweeps), MAX_VARIANTS if max_variants is None else max_variants)
-    if not variants:
-        raise AccyError("the sweep files define no variant")
-    store_url = cache or default_store_url()
-    if scheduler:
-        check_scheduler_address(scheduler)
-    check_store_url(store_url, local=not scheduler)
-    for path, what in ((report, "the report"), (html, "the HTML page")):
-        if path:
-            check_writable_file(path, what)
-    with contextlib.ExitStack() as stack:
-        if scheduler:
-            try:
-                client = stack.enter_context(Client(scheduler, timeout="10s"))
-            except (OSError, TimeoutError, ValueError, TypeError) as e:
-                first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {first}") \
-                    from None
-        else:
-            quiet.install()
-            cluster = stack.enter_context(
-                tune_cluster(local_workers(workers, force_workers, warn)))
-            client = stack.enter_context(Client(cluster))
-            stack.callback(_unpin, client, unpin)
+    # the same checks, cluster (GPU_TIMER/CPU_TIMER declared) and shutdown as accy batch
+    variants, store_url = check_inputs(sweeps, scheduler, cache, report, html, max_variants)
+    client, cluster = connect(scheduler, workers, force_workers)
+    try:
         compiled = tqdm(total=len(variants), unit="variant", desc="compile",
                         disable=not progress, file=sys.stderr, dynamic_ncols=True)
         timed = tqdm(unit="group", desc="time", disable=not progress, file=sys.stderr,
@@ -112,7 +79,8 @@ def tune_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | No
                                 f"{e.strerror or e}") from None
             echo(f"html: {html}")
         return 1 if result.failed else 0
-    return 1  # unreachable (ExitStack does not swallow), for the type checker
+    finally:
+        shut_down(client, cluster)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -126,8 +94,3 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
         raise AccyError(f"cannot write the report to {path}: {e.strerror or e}") from None
 
 
-def _unpin(client: Any, unpin: Callable[[Any], None]) -> None:
-    try:
-        unpin(client)
-    except Exception:  # noqa: BLE001 - best effort before shutdown
-        pass
