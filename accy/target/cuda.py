@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accy.choir.ir import Value
+from accy.choir.ir import Operation, Value
 from accy.dialects.kernel import KernelFuncOp
 from accy.target.common import (
     COMPUTE,
@@ -425,6 +425,22 @@ class _RowEmitter:
                                    f"{store_convert(vals[0], el)};")
 
 
+def _matmul_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[str],
+                     bnames: tuple[str, ...]) -> tuple[Scope, list[str]]:
+    """The fused epilogue at output element (batch…, m, n), the matmul's value bound to
+    ``accv``: the scope of its ops and one store per kernel output (FFMA and mma)."""
+    yields = k.body.terminator.operands  # type: ignore[union-attr]
+    ep = Scope([])
+    b.bound[mm.results[0]] = "accv"
+    idx = bnames + ("m", "n")
+    stores = []
+    for oi, v in enumerate(yields):
+        val = b.expr(v, idx, ep)
+        off = b.offset(shape_of(v), idx, 0)
+        stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+    return ep, stores
+
+
 def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     ins, outs, params = _params(k)
     plan = k.plan
@@ -499,15 +515,7 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    }",
               "    __syncthreads();",
               "  }"]
-    yields = k.body.terminator.operands  # type: ignore[union-attr]
-    ep = Scope([])
-    b.bound[mm.results[0]] = "accv"
-    idx = tuple(bnames) + ("m", "n")
-    stores = []
-    for oi, v in enumerate(yields):
-        val = b.expr(v, idx, ep)
-        off = b.offset(shape_of(v), idx, 0)
-        stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
     lines += ["  #pragma unroll",
               f"  for (int i = 0; i < {mt_m}; ++i) {{",
               "    #pragma unroll",
@@ -642,15 +650,7 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    }",
               "  }",
               "  asm volatile(\"cp.async.wait_group 0;\" ::);"]
-    yields = k.body.terminator.operands  # type: ignore[union-attr]
-    ep = Scope([])
-    b.bound[mm.results[0]] = "accv"
-    idx = tuple(bnames) + ("m", "n")
-    stores = []
-    for oi, v in enumerate(yields):
-        val = b.expr(v, idx, ep)
-        off = b.offset(shape_of(v), idx, 0)
-        stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
     # accumulator h of tile (i, j): row g (+8 for h >= 2), columns 2t and 2t + 1
     lines += ["  #pragma unroll",
               f"  for (int i = 0; i < {mt}; ++i) {{",
