@@ -2,8 +2,9 @@
 
 For each worker count, in one run:
 
-- **accy**: a fresh artifact store and a fresh ``LocalCluster`` built by
-  :func:`accy.distributed.batch_cluster_kwargs` (processes, one thread each,
+- **accy**: a fresh artifact store and a fresh local cluster built as
+  ``accy batch`` builds it (:func:`accy.distributed.local.local_cluster`:
+  processes, one thread each, every worker pinned to a GPU when there is one,
   the config accy uses for its clusters), a warm-up batch on other shapes,
   then one batch of the *distinct* variants and one of the *shared-stage*
   sweep (variants that share every stage but kernel and target);
@@ -180,22 +181,17 @@ def plain_dask_round_trip(workers: int) -> float:
 
 def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
                  profile: str | None) -> dict[str, Any]:
-    import dask.config
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    from accy.distributed import batch_cluster_config, batch_cluster_kwargs
     from accy.distributed.api import refresh
     from accy.distributed.batch import run_batch
+    from accy.distributed.local import local_cluster
     from accy.distributed.state import unpin
 
     out: dict[str, Any] = {}
-    kwargs = batch_cluster_kwargs(workers)
-    kwargs["dashboard_address"] = ":0"
-    config = batch_cluster_config()
-    if profile:  # the statistical profiler is off on accy's clusters
-        config["distributed.worker.profile.enabled"] = True
-    with dask.config.set(config), LocalCluster(**kwargs) as cluster, \
-            Client(cluster) as client:
+    # the statistical profiler is off on accy's clusters; --profile turns it back on
+    config = {"distributed.worker.profile.enabled": True} if profile else None
+    with local_cluster(workers, config=config) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
         store = tempfile.mkdtemp(prefix="accy-bench-store-")
         run_batch(client, warm, store_url=store)
@@ -254,16 +250,12 @@ def big_in_child(workers: int, target: str, limit: int | None = None) -> dict[st
 
 
 def big_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
-    import dask.config
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    from accy.distributed import batch_cluster_config, batch_cluster_kwargs
     from accy.distributed.batch import run_batch
+    from accy.distributed.local import local_cluster
 
-    kwargs = batch_cluster_kwargs(workers)
-    kwargs["dashboard_address"] = ":0"
-    with dask.config.set(batch_cluster_config()), LocalCluster(**kwargs) as cluster, \
-            Client(cluster) as client:
+    with local_cluster(workers) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
         store = tempfile.mkdtemp(prefix="accy-bench-big-")
         run_batch(client, distinct_variants(len(PROGRAMS) * workers, target, first_rows=4),

@@ -61,7 +61,7 @@ _SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
-    "batch_cluster_kwargs", "batch_cluster_config", "default_workers", "gpu_visible",
+    "batch_cluster_config", "default_workers", "gpu_visible",
     "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
     "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
     "touch", "unpin",
@@ -152,22 +152,6 @@ def batch_cluster_config() -> dict[str, Any]:
     """
     return {"distributed.scheduler.worker-saturation": "inf",
             "distributed.worker.profile.enabled": False}
-
-
-def batch_cluster_kwargs(workers: int | None = None) -> dict[str, Any]:
-    """``LocalCluster`` keyword arguments of a local batch cluster (start it under
-    ``dask.config.set(batch_cluster_config())``).
-
-    Example
-    -------
-    >>> batch_cluster_kwargs(3)["n_workers"], batch_cluster_kwargs(3)["threads_per_worker"]
-    (3, 1)
-    """
-    kwargs: dict[str, Any] = dict(n_workers=workers or default_workers(), threads_per_worker=1,
-                                  processes=True, **local_cluster_kwargs())
-    if gpu_visible():
-        kwargs["resources"] = {"GPU": 1}
-    return kwargs
 
 
 def ensure_plugin(client: Client, timeout: float = 10.0) -> dict[str, Any]:

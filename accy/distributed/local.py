@@ -108,9 +108,10 @@ def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
 
 def local_cluster(workers: int | None = None, *, devices: list[str] | None = None,
                   processes: bool = True, dashboard_port: int = 0,
-                  host: str | None = None) -> Any:
+                  host: str | None = None, config: dict[str, Any] | None = None) -> Any:
     """Start accy's local cluster (see the module docstring); an :class:`AccyError`
-    in one line if it does not start."""
+    in one line if it does not start. ``config`` is Dask configuration set over the
+    batch configuration while it starts (e.g. the worker profiler back on)."""
     import dask.config
     from distributed import Scheduler, SpecCluster
 
@@ -132,8 +133,8 @@ def local_cluster(workers: int | None = None, *, devices: list[str] | None = Non
     specs = worker_specs(n, devices, processes=processes, options=wopts)
     # Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts; another
     # cluster on the port moves the dashboard to a free one (client.dashboard_link)
-    with dask.config.set(batch_cluster_config()), dask.config.set(routes_config()), \
-            warnings.catch_warnings():
+    with dask.config.set({**batch_cluster_config(), **(config or {})}), \
+            dask.config.set(routes_config()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
                                 category=UserWarning)
         try:
