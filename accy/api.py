@@ -26,11 +26,12 @@ if TYPE_CHECKING:
     from accy.tune.database import TunedChoice
 
 
-def load_program(path: str) -> SemanticModule:
-    """Parse and verify a program file."""
+def load_program(path: str, shapes: Mapping[int, tuple[int, ...]] | None = None) \
+        -> SemanticModule:
+    """Parse and verify a program file (an ONNX model imports with ``shapes`` bound)."""
     from accy.frontends import load_program as load
 
-    return load(path)
+    return load(path, shapes)
 
 
 def check_program(path: str, options: RunOptions | None = None,
@@ -38,18 +39,19 @@ def check_program(path: str, options: RunOptions | None = None,
     """Parse, verify and run the contract stage (shape and dtype checks, folding)."""
     from accy.pipeline import prepare_through
 
-    sm = load_program(path)
+    sm = load_program(path, shapes)
     prepare_through(sm, "contract", options or RunOptions(), shapes or {})
     return sm
 
 
-def load_product(path: str, stage: str) -> Product:
+def load_product(path: str, stage: str,
+                 shapes: Mapping[int, tuple[int, ...]] | None = None) -> Product:
     """A dumped product of ``stage`` (``accy opt --to STAGE`` output), parsed and verified."""
     from accy.choir.parser import parse_file
     from accy.pipeline import stage as lookup
 
     if stage == "semantic":
-        return load_program(path)
+        return load_program(path, shapes)
     product = lookup(stage).product(parse_file(path), {"source": path})
     product.verify()
     return product  # type: ignore[no-any-return]
@@ -65,7 +67,7 @@ def lower_to(path: str, stage: str, options: RunOptions | None = None,
     """
     from accy.pipeline import prepare_through
 
-    product = load_product(path, start)
+    product = load_product(path, start, shapes)
     if stage == start:
         return product
     return prepare_through(product, stage, options or RunOptions(), shapes or {}).product
@@ -133,7 +135,7 @@ def compile_program(path: str, options: RunOptions | None = None,
     shapes = dict(shapes or {})
     if report_path:
         check_writable_file(report_path, "the report")
-    sm = load_program(path)
+    sm = load_program(path, shapes)
     choice = None
     if tuned:
         options, choice = apply_tuned(sm, options, shapes, cache_dir)

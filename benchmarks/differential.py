@@ -4,7 +4,7 @@ The generator and the oracle are those of ``tests/test_differential.py``.
 
 Usage::
 
-    PYTHONPATH=. python3 benchmarks/differential.py [-n 2000] [--seed S] [--examples 5] [--target cuda:sm_90]
+    PYTHONPATH=. python3 benchmarks/differential.py [-n 2000] [--seed S] [--offset K] [--examples 5] [--target cuda:sm_90]
 
 prints ``{"programs": N, "wrong": W, "seed": S, "seconds": T, "examples": [...]}``;
 each example is a minimised reproducer (program text, inputs, options).
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--programs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=None, help="default: today's date")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="first program index (to split one seed's programs over processes)")
     parser.add_argument("--examples", type=int, default=5, help="reproducers to print")
     parser.add_argument("--target", default="host", help="host (cc) or cuda:sm_XX (a GPU)")
     args = parser.parse_args(argv)
@@ -49,14 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for k in range(args.programs):
+        for k in range(args.offset, args.offset + args.programs):
             case = td.generate(np.random.default_rng([seed, k]))
             problems = td.run_case(case, seed + k, args.target)
             if problems:
                 wrong += 1
                 if len(examples) < args.examples:
                     examples.append({"program": k, "problems": problems})
-    print(json.dumps({"programs": args.programs, "target": args.target, "wrong": wrong,
+    print(json.dumps({"programs": args.programs, "offset": args.offset, "target": args.target,
+                      "wrong": wrong,
                       "seed": seed,
                       "seconds": round(time.monotonic() - start, 1), "examples": examples},
                      indent=1))

@@ -39,7 +39,7 @@ from accy.distributed.graph import (
 )
 from accy.distributed.local import HOST_ENV
 from accy.errors import AccyError
-from accy.frontends import load_program
+from accy.frontends import is_frontend_file, load_program
 from accy.pipeline import PREPARATION_NAMES
 from accy.preparation.keys import StageKey, explain
 from accy.preparation.products import SemanticModule
@@ -330,15 +330,18 @@ def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutc
         -> list[tuple[Variant, SemanticModule, VariantRequest]]:
     """Each variant with its program and request; one whose program does not load or
     whose options are bad is finished as failed here."""
-    modules: dict[str, SemanticModule | AccyError] = {}
+    modules: dict[Any, SemanticModule | AccyError] = {}
     todo: list[tuple[Variant, SemanticModule, VariantRequest]] = []
     for v in variants:
-        if v.program not in modules:
+        # A front end's import depends on the shapes (a model's Shape ops fold for them).
+        which = (v.program, tuple(sorted(v.shapes.items()))) \
+            if is_frontend_file(v.program) else v.program
+        if which not in modules:
             try:
-                modules[v.program] = load_program(v.program)
+                modules[which] = load_program(v.program, v.shapes)
             except AccyError as e:
-                modules[v.program] = e
-        mod = modules[v.program]
+                modules[which] = e
+        mod = modules[which]
         if isinstance(mod, AccyError):
             finish(VariantOutcome(v.id, v.program, "failed", failure={
                 "pipeline": "parse", "pass": "", "message": str(mod), "reproducer": None,

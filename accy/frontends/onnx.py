@@ -84,12 +84,15 @@ def _dtype_name(code: int) -> str:
 
 def import_onnx(model: Any, *, file: str | None = None,
                 input_values: Mapping[str, np.ndarray] | None = None,
-                input_shapes: Mapping[str, Sequence[int]] | None = None) -> SemanticModule:
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                argument_shapes: Mapping[int, Sequence[int]] | None = None) -> SemanticModule:
     """Import ``model`` (a ``ModelProto``, a path, or serialized bytes).
 
     ``input_values`` binds integer graph inputs that only feed shape operands
     (they leave the function's arguments); ``input_shapes`` refines the ``?``
-    dims of the other graph inputs (so ``Shape`` of them folds).
+    dims of the other graph inputs (so ``Shape`` of them folds);
+    ``argument_shapes`` does the same by position (``--shape arg0=…``, a sweep's
+    ``shapes``: argument N is the N-th graph input that is not an initializer).
     """
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)):
@@ -107,9 +110,24 @@ def import_onnx(model: Any, *, file: str | None = None,
             raise FrontendError(f"malformed ONNX model bytes: {type(e).__name__}") from None
     if not isinstance(model, onnx.ModelProto):
         raise FrontendError(f"expected an ONNX ModelProto, got {type(model).__name__}")
-    importer = _Importer(model, file or (model.graph.name or "model") + ".onnx",
-                         dict(input_values or {}), dict(input_shapes or {}))
+    file = file or (model.graph.name or "model") + ".onnx"
+    shapes = dict(input_shapes or {})
+    if argument_shapes:
+        names = _argument_names(model)
+        for index, dims in argument_shapes.items():
+            if not 0 <= index < len(names):
+                raise FrontendError(f"{file}: a shape is given for arg{index}, but the model "
+                                    f"has {len(names)} graph input(s) "
+                                    f"({', '.join(names) or 'none'})")
+            shapes[names[index]] = tuple(dims)
+    importer = _Importer(model, file, dict(input_values or {}), shapes)
     return importer.run()
+
+
+def _argument_names(model: Any) -> list[str]:
+    """The graph inputs that are not initializers, in order (the function's arguments)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [vi.name for vi in model.graph.input if vi.name not in inits]
 
 
 # ----------------------------------------------------------------------- builder
@@ -1530,8 +1548,7 @@ def import_onnx_with_inputs(path: str, arrays: Sequence[np.ndarray]) \
         model = onnx.load(path)
     except Exception as e:
         raise FrontendError(f"cannot read ONNX model {path}: {type(e).__name__}") from None
-    inits = {t.name for t in model.graph.initializer}
-    names = [vi.name for vi in model.graph.input if vi.name not in inits]
+    names = _argument_names(model)
     if len(arrays) != len(names):
         raise FrontendError(f"{path}: the model has {len(names)} graph input(s) "
                             f"({', '.join(names)}), got {len(arrays)} --input")

@@ -1,7 +1,9 @@
 """The ONNX node-test suite (``onnx.backend.test.case.node``) through accy's host path.
 
-Shared by ``test_onnx_node_suite.py`` and ``python3 tests/frontends/onnx_suite.py [NAME-PART]``
-(which prints the counts and the top missing ops). Each test case is imported
+Shared by ``test_onnx_node_suite.py``, ``test_onnx_gpu.py`` and
+``python3 tests/frontends/onnx_suite.py [NAME-PART] [--target cuda:sm_90] [--sample N]``
+(which prints the counts and the top missing ops; ``--sample N`` runs every
+k-th case of the expected-pass list, at least N of them). Each test case is imported
 with its first data set's values bound (graph inputs that only feed shape
 operands), compiled for the host target (the system C compiler) and run on
 every data set; outputs are compared with the shipped ones at the case's own
@@ -11,6 +13,7 @@ tolerances (ONNX's rtol=1e-3, atol=1e-7 by default), dtypes exactly.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import time
 import warnings
@@ -96,8 +99,9 @@ def _compare(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> str:
     return ""
 
 
-def run_case(case, sm, outcome: Outcome, compiled: bool = True) -> Outcome:  # type: ignore[no-untyped-def]
-    """Run an imported case on every data set (host compiled, or the reference)."""
+def run_case(case, sm, outcome: Outcome, compiled: bool = True,  # type: ignore[no-untyped-def]
+             target: str = "host") -> Outcome:
+    """Run an imported case on every data set (compiled for ``target``, or the reference)."""
     from accy.api import bind_shapes_from_inputs
 
     names = [i.name for i in case.model.graph.input]
@@ -115,8 +119,8 @@ def run_case(case, sm, outcome: Outcome, compiled: bool = True) -> Outcome:  # t
 
                     shapes = bind_shapes_from_inputs(sm, arrays, {})
                     update = FragmentCompilerCache().refresh_from_semantic_module(
-                        sm, PreparationRequest(source=case.name, options=RunOptions(),
-                                               shapes=shapes))
+                        sm, PreparationRequest(source=case.name,
+                                               options=RunOptions.parse(target), shapes=shapes))
                     fragment = update.fragment
                 results = [np.asarray(r) for r in fragment(*arrays)]
             else:
@@ -152,26 +156,51 @@ def missing_ops(outcomes: list[Outcome]) -> collections.Counter:
     return c
 
 
-def main() -> None:
-    import sys
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_expected_pass.txt")
 
+
+def expected_pass() -> list[str]:
+    """The checked-in names of the cases that pass on the host, sorted."""
+    with open(EXPECTED) as f:
+        return sorted(line.strip() for line in f if line.strip() and not line.startswith("#"))
+
+
+def sample(n: int) -> set[str]:
+    """Every k-th expected-pass case, k chosen so that at least ``n`` are taken."""
+    names = expected_pass()
+    step = max(1, len(names) // max(1, n))
+    return set(names[::step])
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the ONNX node tests through accy")
+    parser.add_argument("only", nargs="?", help="run only the cases whose name contains this")
+    parser.add_argument("--target", default="host")
+    parser.add_argument("--sample", type=int, default=0,
+                        help="run a deterministic sample of at least N expected-pass cases")
+    args = parser.parse_args()
     cases = collect()
-    only = sys.argv[1] if len(sys.argv) > 1 else None
+    chosen = sample(args.sample) if args.sample else None
     outcomes = []
     t0 = time.perf_counter()
     for case in cases:
-        if only and only not in case.name:
+        if args.only and args.only not in case.name:
+            continue
+        if chosen is not None and case.name not in chosen:
             continue
         sm, o = import_case(case)
         if sm is not None:
-            o = run_case(case, sm, o)
+            o = run_case(case, sm, o, target=args.target)
         outcomes.append(o)
         if o.status == "failed":
             print(f"FAIL {o.name}: {o.reason}", flush=True)
     counts = collections.Counter(o.status for o in outcomes)
     supported = counts["passed"] + counts["failed"]
     imp = sorted(o.import_s for o in outcomes if o.status in ("passed", "failed"))
-    print(f"passed {counts['passed']} / supported {supported} / total {len(outcomes)} "
+    print(f"[{args.target}] passed {counts['passed']} / supported {supported} / "
+          f"total {len(outcomes)} "
           f"(tracebacks {counts['traceback']}) in {time.perf_counter() - t0:.0f} s")
     if imp:
         print(f"import ms: median {1e3 * imp[len(imp) // 2]:.2f}, "

@@ -229,3 +229,14 @@ def test_cli_import_check_and_run(tmp_path) -> None:  # type: ignore[no-untyped-
                  str(tmp_path / "s.npy"), "--output-dir", str(tmp_path / "o")]) == 0
     y = np.load(tmp_path / "o" / "result0.npy")
     np.testing.assert_allclose(y, 1 / (1 + np.exp(-x.reshape(3, 4))), rtol=1e-5)
+
+
+def test_argument_shapes_bind_by_position_and_name_the_inputs_when_out_of_range(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m = model([h.make_node("Shape", ["x"], ["s"]), h.make_node("Reshape", ["x", "s"], ["y"])],
+              [vi("x", ["n", 6])], [vi("y", None)])
+    with pytest.raises(FrontendError, match="Shape of a tensor with unknown dims"):
+        import_onnx(m, file="m.onnx")
+    sm = import_onnx(m, file="m.onnx", argument_shapes={0: (3, 6)})
+    assert "tensor<3x6xf32>" in sm.text()
+    with pytest.raises(FrontendError, match=r"arg1, but the model has 1 graph input\(s\) \(x\)"):
+        import_onnx(m, file="m.onnx", argument_shapes={1: (3, 6)})

@@ -28,10 +28,10 @@ def _ints(name: str, values: list[int]) -> onnx.TensorProto:
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
-def _compiled(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+def _compiled(m: onnx.ModelProto, x: np.ndarray, target: str = "host") -> np.ndarray:
     sm = import_onnx(m, file="model.onnx", input_shapes={"x": x.shape})
     update = FragmentCompilerCache().refresh_from_semantic_module(
-        sm, PreparationRequest(source="model.onnx", options=RunOptions()))
+        sm, PreparationRequest(source="model.onnx", options=RunOptions.parse(target)))
     assert update.fragment is not None
     (y,) = update.fragment(x)
     return np.asarray(y)
@@ -42,7 +42,8 @@ def _ort(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return sess.run(None, {"x": x})[0]
 
 
-def test_mlp_matches_onnxruntime() -> None:
+def mlp() -> onnx.ModelProto:
+    """Gemm + Relu + MatMul + Add + Softmax over a named batch dimension."""
     nodes = [h.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1),
              h.make_node("Relu", ["h1"], ["a1"]),
              h.make_node("MatMul", ["a1", "w2"], ["h2"]),
@@ -53,11 +54,16 @@ def test_mlp_matches_onnxruntime() -> None:
                      [h.make_tensor_value_info("y", F, ["batch", 10])], initializer=inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     onnx.checker.check_model(m)
+    return m
+
+
+def test_mlp_matches_onnxruntime() -> None:
+    m = mlp()
     x = RNG.standard_normal((16, 64)).astype(np.float32)
     np.testing.assert_allclose(_compiled(m, x), _ort(m, x), rtol=1e-4, atol=1e-6)
 
 
-def _transformer_block(seq: int, d: int, heads: int) -> onnx.ModelProto:
+def _transformer_block(seq: int | str, d: int, heads: int) -> onnx.ModelProto:
     """Pre-LN attention + erf-GELU MLP, as exporters write it (shapes via Shape/Concat)."""
     hd = d // heads
     n = []
@@ -107,3 +113,46 @@ def test_transformer_block_matches_onnxruntime() -> None:
     m = _transformer_block(seq=32, d=64, heads=4)
     x = RNG.standard_normal((32, 64)).astype(np.float32)
     np.testing.assert_allclose(_compiled(m, x), _ort(m, x), rtol=1e-4, atol=1e-5)
+
+
+def batch_and_run(tmp_path, target: str) -> None:  # type: ignore[no-untyped-def]
+    """The user's path: save the models, ``accy batch`` them over shapes × block sizes
+    for ``target``, then ``accy run`` each shape and compare with onnxruntime."""
+    import json
+    import subprocess
+    import sys
+
+    onnx.save(mlp(), str(tmp_path / "mlp.onnx"))
+    onnx.save(_transformer_block("seq", 64, 4), str(tmp_path / "block.onnx"))
+    shapes = [(32, 64), (96, 64)]
+    (tmp_path / "sweep.yaml").write_text(
+        "programs: [mlp.onnx, block.onnx]\n"
+        f"targets: [{target}]\n"
+        "shapes:\n" + "".join(f"  - {{arg0: {a}x{b}}}\n" for a, b in shapes) +
+        "options:\n  kernel.block_size: [128, 256]\n")
+    report = tmp_path / "report.json"
+    out = subprocess.run([sys.executable, "-m", "accy", "batch", str(tmp_path / "sweep.yaml"),
+                          "--workers", "1", "--no-progress", "--report", str(report)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    variants = json.loads(report.read_text())["variants"]
+    assert len(variants) == 8 and {v["status"] for v in variants} == {"ok"}
+    rng = np.random.default_rng(2)
+    for name in ("mlp", "block"):
+        model = onnx.load(str(tmp_path / f"{name}.onnx"))
+        for shape in shapes:
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.save(tmp_path / "x.npy", x)
+            out = subprocess.run([sys.executable, "-m", "accy", "run",
+                                  str(tmp_path / f"{name}.onnx"), "--target", target,
+                                  "--input", str(tmp_path / "x.npy"),
+                                  "--option", "kernel.block_size=128",
+                                  "--output-dir", str(tmp_path / "out")],
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stdout + out.stderr
+            y = np.load(tmp_path / "out" / "result0.npy")
+            np.testing.assert_allclose(y, _ort(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_models_batch_over_shapes_and_block_sizes_and_match_onnxruntime(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    batch_and_run(tmp_path, "host")

@@ -19,9 +19,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_suite import collect, import_case, missing_ops, run_case  # noqa: E402
-
-EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_expected_pass.txt")
+from onnx_suite import EXPECTED, collect, import_case, missing_ops, run_case  # noqa: E402
 
 
 def _expected() -> set[str]:
