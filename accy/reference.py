@@ -59,7 +59,7 @@ from accy.choir.attributes import (
 from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.ir import Block, Operation, Value
 from accy.errors import VerifyError
-from accy.numerics import erf, round_bf16_array
+from accy.numerics import erf, erfc, round_bf16_array
 
 Impl = Callable[[Operation, list[np.ndarray]], list[np.ndarray]]
 """An op implementation: (the op, its operand arrays) → its result arrays."""
@@ -277,8 +277,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
-        return 0.5 * x * (1.0 + np.tanh(inner))
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+        with np.errstate(over="ignore"):  # 0.5·x·(1 + tanh(inner)), without its cancellation
+            return x / (1.0 + np.exp(-2.0 * inner))
+    return 0.5 * x * erfc(-x / math.sqrt(2.0))
 
 
 _FLOAT_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -289,6 +290,7 @@ _FLOAT_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "semantic.tanh": np.tanh,
     "semantic.sigmoid": _sigmoid,
     "semantic.erf": erf,
+    "semantic.erfc": erfc,
     "semantic.sin": np.sin,
     "semantic.cos": np.cos,
     "semantic.reciprocal": lambda x: 1.0 / x,

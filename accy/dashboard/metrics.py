@@ -10,10 +10,14 @@ the most recently started scheduler of the process.
 Metrics (counters are cumulative since the plugin started):
 
 =================================  =====================================================
-``accy_stage_runs_total{stage}``   stage tasks that finished on the cluster
-``accy_stage_failures_total``      stage tasks that erred (``{stage}``)
+``accy_stage_runs_total{stage}``   stage runs in variant receipts (the report's ``ran``)
+``accy_stage_failures_total``      variants that failed at the stage (``{stage}``)
 ``accy_stage_reuses_total{stage}`` receipts of variants that reused the stage
-``accy_stage_duration_seconds``    histogram of stage task compute time (``{stage}``)
+``accy_stage_duration_seconds``    histogram of the receipts' stage run times (``{stage}``)
+``accy_tasks_total{task}``         cluster tasks that finished: a stage run, or a fused
+                                   chain of them named first-last (``kernel-load``)
+``accy_task_failures_total``       cluster tasks that erred (``{task}``)
+``accy_task_duration_seconds``     histogram of task compute time (``{task}``)
 ``accy_publishes_total``           cache-state publishes that won
 ``accy_publish_conflicts_total``   publishes refused by compare-and-swap
 ``accy_variants_total{status}``    variants recorded, by ``ok`` / ``failed``
@@ -121,14 +125,22 @@ class AccyCollector:
         )
         from prometheus_client.utils import floatToGoString
 
-        runs = CounterMetricFamily("accy_stage_runs", "accy stage tasks finished on the cluster",
-                                   labels=["stage"])
-        failures = CounterMetricFamily("accy_stage_failures", "accy stage tasks that erred",
-                                       labels=["stage"])
+        runs = CounterMetricFamily("accy_stage_runs",
+                                   "accy stage runs in variant receipts", labels=["stage"])
+        failures = CounterMetricFamily("accy_stage_failures",
+                                       "accy variants that failed at a stage", labels=["stage"])
         reuses = CounterMetricFamily("accy_stage_reuses",
                                      "variant receipts that reused a stage", labels=["stage"])
         durations = HistogramMetricFamily("accy_stage_duration_seconds",
-                                          "compute time of accy stage tasks", labels=["stage"])
+                                          "run time of accy stages in variant receipts",
+                                          labels=["stage"])
+        tasks = CounterMetricFamily("accy_tasks", "accy cluster tasks finished (a stage run "
+                                    "or a fused chain of them)", labels=["task"])
+        task_failures = CounterMetricFamily("accy_task_failures", "accy cluster tasks that "
+                                            "erred", labels=["task"])
+        task_durations = HistogramMetricFamily("accy_task_duration_seconds",
+                                               "compute time of accy cluster tasks",
+                                               labels=["task"])
         publishes = CounterMetricFamily("accy_publishes", "accy cache-state publishes that won")
         conflicts = CounterMetricFamily("accy_publish_conflicts",
                                         "accy publishes refused by compare-and-swap")
@@ -137,18 +149,24 @@ class AccyCollector:
         pinned = GaugeMetricFamily("accy_pinned_keys", "task keys the accy-cache plugin pins")
         if plugin is not None:
             records = plugin.records
-            for stage, totals in records.totals.items():
-                runs.add_metric([stage], totals["tasks"])
-                failures.add_metric([stage], totals["task_errors"])
-                reuses.add_metric([stage], totals["reused"])
-            for stage, hist in records.snapshot_histograms().items():
-                durations.add_metric([stage], [(b if b == "+Inf" else floatToGoString(b), n)
+            for name, totals in records.totals.items():
+                if totals["ran"] + totals["reused"] + totals["skipped"] + totals["failed"]:
+                    runs.add_metric([name], totals["ran"])
+                    failures.add_metric([name], totals["failed"])
+                    reuses.add_metric([name], totals["reused"])
+                if totals["tasks"] + totals["task_errors"]:
+                    tasks.add_metric([name], totals["tasks"])
+                    task_failures.add_metric([name], totals["task_errors"])
+            for family, of in ((durations, "receipts"), (task_durations, "tasks")):
+                for name, hist in records.snapshot_histograms(of).items():
+                    family.add_metric([name], [(b if b == "+Inf" else floatToGoString(b), n)
                                                for b, n in hist["buckets"]],
-                                     sum_value=hist["sum"])
+                                      sum_value=hist["sum"])
             cache = plugin.cache_counts()
             publishes.add_metric([], cache["publishes"])
             conflicts.add_metric([], cache["publish_conflicts"])
             for status, n in records.variant_totals.items():
                 variants.add_metric([status], n)
             pinned.add_metric([], cache["pinned_keys"])
-        yield from (runs, failures, reuses, durations, publishes, conflicts, variants, pinned)
+        yield from (runs, failures, reuses, durations, tasks, task_failures, task_durations,
+                    publishes, conflicts, variants, pinned)

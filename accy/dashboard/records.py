@@ -136,10 +136,14 @@ class StageRecords:
         self.failures: deque[dict[str, Any]] = deque(maxlen=MAX_FAILURES)
         # Cumulative: stage -> {"tasks", "task_errors", "ran", "reused", "skipped"}.
         self.totals: dict[str, dict[str, int]] = {}
-        # Cumulative duration histograms of finished tasks: stage -> bucket counts
+        # Cumulative duration histograms of finished tasks: task name -> bucket counts
         # (one per DURATION_BUCKETS bound, plus +Inf; not cumulative across buckets).
+        # A task is a stage run or a fused chain of them ("kernel-load").
         self.histograms: dict[str, list[int]] = {}
         self.duration_sums: dict[str, float] = {}
+        # The same, of the stage runs in variant receipts (what the report counts).
+        self.receipt_histograms: dict[str, list[int]] = {}
+        self.receipt_duration_sums: dict[str, float] = {}
         self.variant_totals: dict[str, int] = {}
         self.generation = 0
         """Bumped on every change: a reader can skip work when it has not moved."""
@@ -188,19 +192,24 @@ class StageRecords:
         if finish == "memory":
             totals["tasks"] += 1
             if duration is not None:
-                hist = self.histograms.setdefault(stage, [0] * (len(DURATION_BUCKETS) + 1))
-                hist[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
-                self.duration_sums[stage] = self.duration_sums.get(stage, 0.0) + duration
+                self._observe(self.histograms, self.duration_sums, stage, duration)
         else:
             totals["task_errors"] += 1
         self.runs.append(run)
         self.generation += 1
 
+    @staticmethod
+    def _observe(histograms: dict[str, list[int]], sums: dict[str, float], name: str,
+                 seconds: float) -> None:
+        hist = histograms.setdefault(name, [0] * (len(DURATION_BUCKETS) + 1))
+        hist[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+        sums[name] = sums.get(name, 0.0) + seconds
+
     def _totals(self, stage: str) -> dict[str, int]:
         totals = self.totals.get(stage)
         if totals is None:
             totals = self.totals[stage] = {"tasks": 0, "task_errors": 0,
-                                           "ran": 0, "reused": 0, "skipped": 0}
+                                           "ran": 0, "reused": 0, "skipped": 0, "failed": 0}
         return totals
 
     def record_batch(self, variants: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -250,9 +259,15 @@ class StageRecords:
                 totals["skipped"] += 1
             else:
                 totals["ran"] += 1
+                if receipt["elapsed_ns"] is not None:
+                    self._observe(self.receipt_histograms, self.receipt_duration_sums,
+                                  receipt["stage"], receipt["elapsed_ns"] / 1e9)
         self.variant_totals[status] = self.variant_totals.get(status, 0) + 1
         if failure:
             failure = dict(failure)
+            where = failure.get("stage") or failure.get("pipeline")
+            if isinstance(where, str) and where:
+                self._totals(where)["failed"] += 1
             record["failure"] = {k: failure.get(k) for k in ("pipeline", "pass", "reproducer")}
             record["failure"]["message"] = str(failure.get("message", ""))[:MAX_MESSAGE]
         if status != "ok" or failure:
@@ -264,18 +279,20 @@ class StageRecords:
         self.variants.append(record)
 
     # -- figures
-    def snapshot_histograms(self) -> dict[str, dict[str, Any]]:
-        """Per stage, the cumulative duration histogram of finished tasks:
+    def snapshot_histograms(self, of: str = "tasks") -> dict[str, dict[str, Any]]:
+        """The cumulative duration histograms of finished tasks (``of="tasks"``, by task
+        name) or of the stage runs in variant receipts (``of="receipts"``, by stage):
         ``{"buckets": [[upper bound, count ≤ bound], …, ["+Inf", count]], "sum", "count"}``."""
+        counts, sums = (self.histograms, self.duration_sums) if of == "tasks" else \
+            (self.receipt_histograms, self.receipt_duration_sums)
         histograms = {}
-        for stage in stage_order(self.histograms):
+        for stage in stage_order(counts):
             cumulative: list[list[Any]] = []
             running = 0
-            for bound, n in zip((*DURATION_BUCKETS, "+Inf"), self.histograms[stage]):
+            for bound, n in zip((*DURATION_BUCKETS, "+Inf"), counts[stage]):
                 running += n
                 cumulative.append([bound, running])
-            histograms[stage] = {"buckets": cumulative, "sum": self.duration_sums[stage],
-                                 "count": running}
+            histograms[stage] = {"buckets": cumulative, "sum": sums[stage], "count": running}
         return histograms
 
     def snapshot(self, *, publishes: int = 0, publish_conflicts: int = 0,

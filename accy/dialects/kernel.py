@@ -28,7 +28,8 @@ from accy.choir.attributes import (
 from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
-MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "tiled", "mma-tiled", "loop")
+MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "tiled",
+            "mma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
 
 

@@ -136,6 +136,10 @@ class ErfOp(PrimUnaryOp):
     name = "prim.erf"
 
 
+class ErfcOp(PrimUnaryOp):
+    name = "prim.erfc"
+
+
 class SinOp(PrimUnaryOp):
     name = "prim.sin"
 

@@ -197,6 +197,12 @@ class ErfOp(UnaryOp):
     name = "semantic.erf"
 
 
+class ErfcOp(UnaryOp):
+    """``1 - erf(x)``, accurate where that difference cancels (x ≫ 0): gelu's tail."""
+
+    name = "semantic.erfc"
+
+
 class SinOp(UnaryOp):
     name = "semantic.sin"
 

@@ -145,7 +145,8 @@ class LoadedFragment:
     def _run_cuda(self, inputs: Sequence[Any]) -> list[Any]:
         import cupy
 
-        on_device = all(isinstance(a, cupy.ndarray) for a in inputs)
+        # device arrays in, device arrays out; host arrays (or no inputs at all) in, NumPy out
+        on_device = bool(inputs) and all(isinstance(a, cupy.ndarray) for a in inputs)
         views, results = self._views(cupy, self._prepare(cupy, inputs), self._device_arena())
         self._launch_cuda(views)
         results = self._finish(cupy, results)

@@ -154,7 +154,10 @@ class CudaBackend(Backend):
         return int(self.sm[3:].rstrip("a"))
 
     def flags(self, fast_math: bool) -> tuple[str, ...]:
-        return ("-use_fast_math",) if fast_math else ()
+        # No implicit a*b+c contraction: a value the kernel recomputes (a fused producer
+        # read again in a later row pass) must round the same every time, as NumPy's
+        # does; kernels that want an FMA (the matmul's inner product) spell fmaf.
+        return ("-use_fast_math",) if fast_math else ("--fmad=false",)
 
     def compiler_identity(self) -> str:
         return str(self.device().cuda_compiler_identity())

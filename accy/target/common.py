@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ ui64 computes in ``unsigned long long``."""
 
 UNARY_F = {"neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})",
            "sqrt": "sqrt{f}({0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
+           "erfc": "erfc{f}({0})",
            "sin": "sin{f}({0})", "cos": "cos{f}({0})", "floor": "floor{f}({0})",
            "relu": "(({0} > {zero} || {0} != {0}) ? {0} : {zero})", "reciprocal": "({one} / {0})",
            "sigmoid": "({one} / ({one} + exp{f}(-{0})))", "rsqrt": "({one} / sqrt{f}({0}))"}
@@ -456,16 +457,39 @@ class ExprBuilder:
         value = op.attr("value")
         assert isinstance(value, DenseElementsAttr)
         el = value.type.element.name
+        if value.type.num_elements == 0:  # never read: the loop over it runs 0 times
+            return f"(({COMPUTE[el]})0)"
         if value.splat or value.type.num_elements == 1:
             return literal(value.values[0], el)
         key = id(op)
+        # CUDA's INFINITY/NAN are __int_as_float(...) calls, which a __device__ table's
+        # initializer may not hold: a float table with one is stored as its bit patterns.
+        as_bits = self.cuda and COMPUTE[el] in ("float", "double") and \
+            not all(math.isfinite(float(v)) for v in value.values)
         if key not in self.table_of:
             name = f"{self.prefix}_const{len(self.table_of)}"
-            vals = ", ".join(literal(v, el) for v in value.values)
+            ctype = COMPUTE[el]
+            if as_bits:
+                ctype, vals = _float_bits(value.values, COMPUTE[el])
+            else:
+                vals = ", ".join(literal(v, el) for v in value.values)
             qual = "__device__ const" if self.cuda else "static const"
-            self.tables.append(f"{qual} {COMPUTE[el]} {name}[{len(value.values)}] = {{{vals}}};")
+            self.tables.append(f"{qual} {ctype} {name}[{len(value.values)}] = {{{vals}}};")
             self.table_of[key] = name
-        return f"{self.table_of[key]}[{self.offset(shape_of(op.results[0]), idx, lane)}]"
+        read = f"{self.table_of[key]}[{self.offset(shape_of(op.results[0]), idx, lane)}]"
+        if as_bits:
+            return f"__uint_as_float({read})" if COMPUTE[el] == "float" else \
+                f"__longlong_as_double((long long){read})"
+        return read
+
+
+def _float_bits(values: Sequence[object], ctype: str) -> tuple[str, str]:
+    """A float table as (element type, initializer) of its IEEE bit patterns."""
+    if ctype == "float":
+        bits = [struct.unpack("<I", struct.pack("<f", float(v)))[0] for v in values]  # type: ignore[arg-type]
+        return "unsigned int", ", ".join(f"0x{b:08x}u" for b in bits)
+    bits = [struct.unpack("<Q", struct.pack("<d", float(v)))[0] for v in values]  # type: ignore[arg-type]
+    return "unsigned long long", ", ".join(f"0x{b:016x}ULL" for b in bits)
 
 
 def _ints(op: Operation, key: str) -> tuple[int, ...]:

@@ -258,12 +258,19 @@ class _RowEmitter:
         self.vec = plan.vector_width
         self.items = plan.items
         self.warp = plan.mapping == "warp-per-row"
-        self.tpr = 32 if self.warp else plan.block[0]
+        self.alone = plan.mapping == "thread-per-row"
+        """A thread per row, walking it alone: no shuffles, no shared memory."""
+        self.tpr = 32 if self.warp else 1 if self.alone else plan.block[0]
         self.cached = set(plan.cached_inputs)
         self.lines: list[str] = []
         self.head = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
                      f"{k.sym_name}({', '.join(params)}) {{"]
-        if self.warp:
+        if self.alone:
+            self.head += [f"  const long long row = (long long)blockIdx.x * {plan.block[0]}"
+                          " + threadIdx.x;",
+                          "  const int t = 0;",
+                          f"  if (row >= {self.rows}LL) return;"]
+        elif self.warp:
             self.head += [f"  const long long row = (long long)blockIdx.x * "
                           f"{plan.rows_per_block} + (threadIdx.x >> 5);",
                           "  const int t = threadIdx.x & 31;",
@@ -373,8 +380,9 @@ class _RowEmitter:
                     val = b.expr(op.operands[0], self.ident, inner, lane)
                     inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
             self.column_loop(accumulate)
-            lines.append(_shuffle_tree(kind, acc, ct))
-            if not self.warp:
+            if not self.alone:
+                lines.append(_shuffle_tree(kind, acc, ct))
+            if not self.warp and not self.alone:
                 nw = self.tpr // 32
                 lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};",
                           "__syncthreads();",
@@ -452,6 +460,10 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     k_ = shape_of(mm.operands[0])[-1]
     el = elem_of(mm.results[0])
     ct = COMPUTE[el]
+    # an explicit fused multiply-add: the fragment is compiled without implicit contraction
+    mac = {"float": "acc[i][jj] = fmaf(ra[i], rb[jj], acc[i][jj])",
+           "double": "acc[i][jj] = fma(ra[i], rb[jj], acc[i][jj])"}.get(
+        ct, "acc[i][jj] += ra[i] * rb[jj]")
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
     mt_m, mt_n = plan.micro_tile
     nx, ny = tn // mt_n, tm // mt_m
@@ -510,7 +522,7 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "      #pragma unroll",
               f"      for (int i = 0; i < {mt_m}; ++i) {{",
               "        #pragma unroll",
-              f"        for (int jj = 0; jj < {mt_n}; ++jj) acc[i][jj] += ra[i] * rb[jj];",
+              f"        for (int jj = 0; jj < {mt_n}; ++jj) {mac};",
               "      }",
               "    }",
               "    __syncthreads();",

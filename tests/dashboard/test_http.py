@@ -175,9 +175,14 @@ def test_api_metrics_and_page(cluster):
 
     status, _, metrics = get(base + "/metrics")
     assert status == 200
-    assert f'accy_stage_runs_total{{stage="contract"}} {tasks["contract"]}.0' in metrics
-    assert f'accy_stage_reuses_total{{stage="contract"}} {reused["contract"]}.0' in metrics
-    assert 'accy_stage_duration_seconds_bucket{le="+Inf",stage="compile"}' in metrics
+    # the stage figures count what the report counts (receipts); tasks are counted apart
+    for stage in PIPELINE:
+        assert f'accy_stage_runs_total{{stage="{stage}"}} {ran[stage]}.0' in metrics
+        assert f'accy_stage_reuses_total{{stage="{stage}"}} {reused[stage]}.0' in metrics
+    assert f'accy_tasks_total{{task="contract"}} {tasks["contract"]}.0' in metrics
+    assert f'accy_stage_duration_seconds_count{{stage="compile"}} {ran["compile"]}.0' in metrics
+    assert 'accy_task_duration_seconds_bucket{le="+Inf",task="compile"}' in metrics
+    assert 'accy_stage_failures_total{stage="kernel"} 1.0' in metrics
     assert 'accy_variants_total{status="failed"} 1.0' in metrics
     for name in ("accy_publishes_total", "accy_publish_conflicts_total", "accy_pinned_keys"):
         assert name in metrics
@@ -216,19 +221,21 @@ def test_the_collector_exposes_the_accy_metrics():
     registry = prometheus_client.CollectorRegistry()
     registry.register(metrics.AccyCollector(plugin))
     text = prometheus_client.generate_latest(registry).decode()
-    for line in ('accy_stage_runs_total{stage="compile"} 3.0',
+    for line in ('accy_tasks_total{task="compile"} 3.0',
+                 'accy_task_failures_total{task="compile"} 0.0',
+                 'accy_task_duration_seconds_bucket{le="0.0025",task="compile"} 1.0',
+                 'accy_task_duration_seconds_bucket{le="5.0",task="compile"} 3.0',
+                 'accy_task_duration_seconds_bucket{le="+Inf",task="compile"} 3.0',
+                 'accy_task_duration_seconds_count{task="compile"} 3.0',
+                 'accy_stage_runs_total{stage="compile"} 0.0',
                  'accy_stage_reuses_total{stage="compile"} 1.0',
-                 'accy_stage_failures_total{stage="compile"} 0.0',
-                 'accy_stage_duration_seconds_bucket{le="0.0025",stage="compile"} 1.0',
-                 'accy_stage_duration_seconds_bucket{le="5.0",stage="compile"} 3.0',
-                 'accy_stage_duration_seconds_bucket{le="+Inf",stage="compile"} 3.0',
-                 'accy_stage_duration_seconds_count{stage="compile"} 3.0',
+                 'accy_stage_failures_total{stage="contract"} 1.0',
                  'accy_variants_total{status="ok"} 1.0',
                  'accy_variants_total{status="failed"} 1.0',
                  "accy_publishes_total 0.0", "accy_publish_conflicts_total 0.0",
                  "accy_pinned_keys 0.0"):
         assert line in text
-    assert 'accy_stage_duration_seconds_sum{stage="compile"} 3.022' in text
+    assert 'accy_task_duration_seconds_sum{task="compile"} 3.022' in text
 
 
 def test_metrics_register_once_per_process():
@@ -318,3 +325,38 @@ def test_the_live_page_redraws_only_when_the_records_move():
     page.update()  # nothing new: the sources stay as they are
     assert rates.source.data is drawn
     assert LiveStages(SimpleNamespace(plugins={}), get_dashboard).update() is None  # no plugin
+
+
+def test_metrics_count_what_a_real_batch_reports(cluster, tmp_path):
+    """A real batch (fused chain tasks on the cluster): /metrics' stage runs and reuses
+    are the report's, stage by stage, and its tasks are counted apart."""
+    import os
+
+    from accy.distributed.batch import _record, run_batch
+    from accy.sweep import load_sweep
+
+    cluster, client = cluster
+    graphs = os.path.join(os.path.dirname(__file__), "..", "..", "graphs")
+    sweep = tmp_path / "s.yaml"
+    # shapes no other test of this process uses (in-process workers keep what they loaded)
+    sweep.write_text(f"programs: [{graphs}/softmax.mlir]\n"
+                     "shapes: [{arg0: 6x96}, {arg0: 10x96}]\n"
+                     "options: {kernel.block_size: [128, 256]}\n")
+    variants = load_sweep(str(sweep))
+    ran: dict[str, int] = {}
+    reused: dict[str, int] = {}
+    for _ in range(2):  # the second batch reuses everything
+        result = run_batch(client, variants)
+        assert {o.status for o in result.outcomes} == {"ok"}
+        _record(client, result)
+        for o in result.outcomes:
+            for r in o.to_json()["stages"]:
+                into = reused if r["reused"] else ran if "skipped" not in r else {}
+                into[r["stage"]] = into.get(r["stage"], 0) + 1
+    assert sum(ran.values()) > 0 and sum(reused.values()) > 0
+    base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
+    text = get(base + "/metrics")[2]
+    for stage in set(ran) | set(reused):
+        assert f'accy_stage_runs_total{{stage="{stage}"}} {ran.get(stage, 0)}.0' in text
+        assert f'accy_stage_reuses_total{{stage="{stage}"}} {reused.get(stage, 0)}.0' in text
+    assert "accy_tasks_total{task=" in text

@@ -184,7 +184,7 @@ def test_malformed_variants_are_ignored(caplog):
     assert reply == {"recorded": 1, "ignored": 4}
     assert "malformed variant" in caplog.text
     assert records.snapshot()["counts"] == {"contract": {
-        "tasks": 0, "task_errors": 0, "ran": 1, "reused": 0, "skipped": 0, "receipts": 1,
+        "tasks": 0, "task_errors": 0, "ran": 1, "reused": 0, "skipped": 0, "failed": 0, "receipts": 1,
         "reuse_rate": 0.0, "miss_rate": 1.0, "skip_rate": 0.0}}
     assert records.record_batch(None) == {"recorded": 0, "ignored": 0}
 

@@ -57,7 +57,7 @@ def test_a_variant_no_other_shares_is_one_task_and_each_stage_keeps_its_key(clus
     for o in result.outcomes:
         # every stage still has its own receipt, key, stored product and published entry
         assert [r.stage for r in o.receipts] == list(RECEIPT_ORDER)
-        assert all(not r.reused for r in o.receipts)
+        assert all(not r.reused for r in o.receipts), [(r.stage, r.reused) for r in o.receipts]
         for r in o.receipts:
             if r.stage in STAGES:
                 assert stored.get(r.key) is not None, (o.id, r.stage)

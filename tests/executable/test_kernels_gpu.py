@@ -141,3 +141,17 @@ def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_half_mlp_block(element: str) -> None:
     assert run_graph("mlp", element, {"rows": 256, "cols": 256}) <= TOLERANCE[element]
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("cols", [16384, 20001])
+def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> None:
+    """softmax over axis 0 of 64 × many columns: the thread-per-row mapping (each thread
+    walks one column; a warp reads 32 neighbouring addresses), ragged grids included."""
+    from accy.pipeline import prepare_through
+
+    sm = graph("softmax_axis0", element if element != "f32" else None)
+    job = prepare_through(sm, "kernel", RunOptions.parse("cuda"), {0: (64, cols)}).product
+    assert "thread-per-row" in job.text()
+    assert run_graph("softmax_axis0", element, {"rows": 64, "cols": cols}) <= \
+        TOLERANCE[element] * (1 if element != "f32" else 5)

@@ -352,3 +352,20 @@ def test_short_half_rows_keep_every_lane_busy():
     assert p["mapping"] == "warp-per-row" and p["vector_width"] == 2 and p["items"] == 1
     (p,) = plans(kernel(graph("softmax"), {0: (300, 64)}))
     assert p["vector_width"] == 4  # f32 keeps its width
+
+
+def test_rows_that_are_columns_in_memory_get_a_thread_each():
+    """softmax over axis 0 reads its rows through a transpose: with many short rows each
+    thread walks one (coalesced across the warp); few rows keep a warp per row."""
+    from stage_programs import graph
+
+    from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
+
+    sm = graph("softmax_axis0")
+    many = prepare_through(sm, "kernel", RunOptions.parse(CUDA), {0: (64, 65536)}).product
+    assert 'mapping = "thread-per-row"' in many.text()
+    few = prepare_through(graph("softmax_axis0"), "kernel", RunOptions.parse(CUDA),
+                          {0: (64, 1024)}).product
+    assert 'mapping = "thread-per-row"' not in few.text()
+    assert 'mapping = "warp-per-row"' in few.text()

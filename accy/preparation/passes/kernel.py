@@ -47,6 +47,10 @@ from accy.preparation.passes.memory import IDENTITY_READERS
 
 MAX_GRID_BLOCKS = 4096
 MAX_CACHED_PER_THREAD = 32
+MAX_THREAD_ROW = 256
+"""The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
+MIN_THREAD_ROWS = 16384
+"""Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
 
 
 def _element_bytes(op: Operation) -> int:
@@ -117,6 +121,19 @@ def _vector_aligned(region: RegionOp, offsets: dict[int, int], vec: int) -> bool
         if isinstance(a, DenseArrayAttr):
             ids.extend(a.values)
     return all(offsets[i] % (4 * vec) == 0 for i in ids if i in offsets)
+
+
+def _column_rows(region: RegionOp) -> bool:
+    """Whether the region's rows are columns of an input in memory: it reads an input
+    through a transpose that moves the input's last (contiguous) axis off the last
+    place, so consecutive rows are neighbouring addresses and a row is strided."""
+    args = set(region.body.args)
+    for op in region.body.ops:
+        if op.op_name == "prim.transpose" and op.operands[0] in args:
+            perm = tuple(op.attr("permutation").values)  # type: ignore[union-attr]
+            if perm and perm[-1] != len(perm) - 1:
+                return True
+    return False
 
 
 def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
@@ -194,6 +211,15 @@ class PlanKernels(Pass):
                     "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
+            if _column_rows(region) and 0 < cols <= MAX_THREAD_ROW and rows >= MIN_THREAD_ROWS:
+                # rows that are columns in memory: a thread per row walks its row, and
+                # the threads of a warp read 32 neighbouring addresses at each step
+                items = cols
+                cached = _cached_inputs(region) if cols <= 2 * MAX_CACHED_PER_THREAD else ()
+                return {"mapping": "thread-per-row", "block": (bs, 1, 1),
+                        "grid": (max(1, math.ceil(rows / bs)), 1, 1), "vector_width": 1,
+                        "shared_bytes": 0, "rows": rows, "cols": cols, "rows_per_block": bs,
+                        "items": items, "cached_inputs": cached}
             vec = width if (aligned and cols % width == 0) else 1
             halves = width > self.vector_width  # no f32 buffer: the width doubled
             while halves and vec > 1 and cols < 32 * vec:

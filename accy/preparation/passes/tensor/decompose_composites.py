@@ -7,8 +7,9 @@
   ``[prod(outer), prod(inner)]`` and ``gamma``/``beta`` to ``[prod(inner)]``
   first, and the result back;
 - ``rmsnorm``: ``x · rsqrt(mean(x²) + eps) · gamma`` (reshaped the same way);
-- ``gelu``: ``0.5·x·(1 + erf(x/√2))``, or
-  ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``;
+- ``gelu``: ``0.5·x·erfc(-x/√2)`` (``= 0.5·x·(1 + erf(x/√2))`` without its
+  cancellation for x ≪ 0), or ``x·sigmoid(2·√(2/π)·(x + 0.044715·x³))``
+  (``= 0.5·x·(1 + tanh(…))``, likewise);
 - ``reduce_mean``: ``reduce_sum × (1/count)``.
 
 Reductions keep their dims and broadcasting does the rest; scalar constants
@@ -160,15 +161,15 @@ def gelu(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
     assert isinstance(op, SemanticOp)
     x = operands[0]
     el = _type(x).element
+    # Both forms avoid 1 + erf(…) / 1 + tanh(…), which cancel to 0 for x ≪ 0 where
+    # gelu is tiny but not 0 (a later division or pow would see the difference).
     if op.str_attr("approximate", ("none", "tanh"), default="none") == "tanh":
         cube = b.op("semantic.mul", [b.op("semantic.mul", [x, x]), x])
         inner = b.op("semantic.add", [x, b.op("semantic.mul", [cube, b.constant(0.044715, el)])])
-        scaled = b.op("semantic.mul", [inner, b.constant(math.sqrt(2.0 / math.pi), el)])
-        squash = b.op("semantic.tanh", [scaled])
-    else:
-        squash = b.op("semantic.erf", [b.op("semantic.mul", [x, b.constant(math.sqrt(0.5), el)])])
-    one_plus = b.op("semantic.add", [squash, b.constant(1.0, el)])
-    return b.op("semantic.mul", [b.op("semantic.mul", [x, b.constant(0.5, el)]), one_plus])
+        scaled = b.op("semantic.mul", [inner, b.constant(2.0 * math.sqrt(2.0 / math.pi), el)])
+        return b.op("semantic.mul", [x, b.op("semantic.sigmoid", [scaled])])
+    tail = b.op("semantic.erfc", [b.op("semantic.mul", [x, b.constant(-math.sqrt(0.5), el)])])
+    return b.op("semantic.mul", [b.op("semantic.mul", [x, b.constant(0.5, el)]), tail])
 
 
 def reduce_mean(b: Builder, op: Operation, operands: Sequence[Value]) -> Value:
