@@ -132,6 +132,27 @@ def shape_of(v: Value) -> tuple[int, ...]:
     return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
 
 
+def split_yields(yields: Sequence[Value], shape: tuple[int, ...]) \
+        -> tuple[list[tuple[int, Value]], list[tuple[int, Value, tuple[int, ...]]],
+                 list[tuple[int, Value]]]:
+    """A row kernel's outputs: full-width (the iteration shape), transposed (a
+    ``prim.transpose`` of a full-width value, stored through its permutation:
+    ``(index, value transposed, permutation)``) and per-row (reduced)."""
+    full, transposed, reduced = [], [], []
+    for i, v in enumerate(yields):
+        # first: a square transpose has the iteration shape too
+        if isinstance(v, OpResult) and v.op.op_name == "prim.transpose" and \
+                shape_of(v.op.operands[0]) == shape:
+            perm = v.op.attr("permutation")
+            assert isinstance(perm, DenseArrayAttr)
+            transposed.append((i, v.op.operands[0], tuple(perm.values)))
+        elif shape_of(v) == shape:
+            full.append((i, v))
+        else:
+            reduced.append((i, v))
+    return full, transposed, reduced
+
+
 def elem_of(v: Value) -> str:
     t = v.type
     assert isinstance(t, TensorType)

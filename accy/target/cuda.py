@@ -30,6 +30,7 @@ from accy.target.common import (
     reduce_init,
     round_compute,
     shape_of,
+    split_yields,
     store_convert,
     strides_of,
     translation_unit,
@@ -400,10 +401,9 @@ class _RowEmitter:
     def outputs(self) -> None:
         """The full-width outputs (a column loop), then the per-row ones (thread 0)."""
         yields = self.k.body.terminator.operands  # type: ignore[union-attr]
-        full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == self.shape]
-        reduced = [(i, v) for i, v in enumerate(yields) if shape_of(v) != self.shape]
-        if full:
-            self.column_loop(lambda inner: self._write_full(inner, full))
+        full, transposed, reduced = split_yields(yields, self.shape)
+        if full or transposed:
+            self.column_loop(lambda inner: self._write_full(inner, full, transposed))
         if reduced:
             red_scope = Scope([], parent=self.outer)
             ridx = tuple(self.rnames) + ("0",)
@@ -415,12 +415,23 @@ class _RowEmitter:
             self.lines.extend("  " + s for s in red_scope.lines + stores)
             self.lines.append("}")
 
-    def _write_full(self, inner: Scope, full: list[tuple[int, Any]]) -> None:
+    def _write_full(self, inner: Scope, full: list[tuple[int, Any]],
+                    transposed: list[tuple[int, Any, tuple[int, ...]]]) -> None:
         # every value first, then the stores: an output may be written in place over
         # an input that a later output still reads at this element
         vec, cols, outs = self.vec, self.cols, self.outs
         computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
                     for oi, v in full]
+        # through the permutation, lane by lane (coalesced when a thread walks a row
+        # that is a column of the output: thread-per-row)
+        moved = [(oi, v, perm, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
+                 for oi, v, perm in transposed]
+        for oi, v, perm, vals in moved:
+            shape = tuple(self.shape[p] for p in perm)
+            idx = tuple(self.ident[p] for p in perm)
+            for lane, val in enumerate(vals):
+                off = self.b.offset(shape, idx, lane)
+                inner.lines.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
         for oi, v, vals in computed:
             el = elem_of(v)
             if vec > 1 and el != "f32":

@@ -22,6 +22,7 @@ from accy.target.common import (
     reduce_init,
     round_compute,
     shape_of,
+    split_yields,
     store_convert,
     translation_unit,
 )
@@ -101,14 +102,17 @@ def emit_rows(k: KernelFuncOp) -> tuple[str, list[str]]:
         body.append(f"const {ct} {name} = {round_compute(f'({ct}){acc}', el)};")
         b.bound[op.results[0]] = name
     yields = k.body.terminator.operands  # type: ignore[union-attr]
-    full = [(i, v) for i, v in enumerate(yields) if shape_of(v) == shape]
-    reduced = [(i, v) for i, v in enumerate(yields) if shape_of(v) != shape]
-    if full:
+    full, transposed, reduced = split_yields(yields, shape)
+    if full or transposed:
         inner = Scope([], parent=outer)
         stores = []
         for oi, v in full:
             val = b.expr(v, ident, inner)
             stores.append(f"{outs[oi]}[row * {cols}LL + c] = {store_convert(val, elem_of(v))};")
+        for oi, v, perm in transposed:  # output index k is iteration index perm[k]
+            val = b.expr(v, ident, inner)
+            off = b.offset(tuple(shape[p] for p in perm), tuple(ident[p] for p in perm), 0)
+            stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
         body += [f"for (long long c = 0; c < {cols}LL; ++c) {{",
                  *("  " + s for s in inner.lines + stores), "}"]
     for oi, v in reduced:

@@ -527,3 +527,24 @@ def test_plan_fingerprint_changes_when_only_the_split_point_moves():
     six = dispatch(sm, opts=["dispatch.max_region_ops=6"])
     assert [len(body_ops(g)) for g in regions(five)] != [len(body_ops(g)) for g in regions(six)]
     assert five.plan_fingerprint != six.plan_fingerprint
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (64, 64)])
+def test_a_column_softmax_is_one_row_region_storing_through_the_transpose(shape):
+    """softmax over axis 0: the row group (rows = columns) stores its result through
+    the permutation; no copy region transposes it back. Square shapes too (where the
+    transposed result has the iteration's shape). Compiled for the host and compared."""
+    from accy.executable.cache import FragmentCompilerCache
+
+    sm = graph("softmax_axis0")
+    result = dispatch(sm, {0: shape})
+    (region,) = regions(result)
+    assert region.kind == "rows"
+    (out,) = region.body.terminator.operands
+    assert out.op.op_name == "prim.transpose"
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        graph("softmax_axis0"), PreparationRequest(options=RunOptions(), shapes={0: shape}))
+    (y,) = update.fragment(x)
+    np.testing.assert_allclose(y, run_reference(graph("softmax_axis0").module, [x])[0],
+                               rtol=1e-5, atol=1e-7)

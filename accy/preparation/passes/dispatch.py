@@ -314,6 +314,7 @@ class _Former:
         assert isinstance(ret, ReturnOp)
         claimed: set[Value] = set()
         for v in ret.operands:
+            self.store_transposed(v)
             g = self.group_of_value(v)
             if g is not None and v not in claimed and g.copy_of is None:
                 claimed.add(v)
@@ -328,6 +329,22 @@ class _Former:
                     copy.deps.add(bg)
                     copy.deps |= bg.deps
             self.ctx.stat("result-copies")
+
+    def store_transposed(self, v: Value) -> None:
+        """A returned transpose of a row group's full-width value is stored by that
+        group through the permutation (a column softmax writes its result in place,
+        not a transposed copy that a second launch transposes back)."""
+        if not self.fuse or not isinstance(v, OpResult) or v.op.op_name != "prim.transpose" \
+                or v.op in self.group_of:
+            return
+        src = v.op.operands[0]
+        g = self.group_of_value(src)
+        if g is None or g.kind != "rows" or g.copy_of is not None or _shape(src) != g.shape:
+            return
+        if len(g.ops) >= self.max_ops:
+            return
+        self.add(v.op, g)
+        self.ctx.stat("transposed-stores")
 
     # ---------------------------------------------------------------- building
     def used_outside(self, v: Value, g: Group) -> bool:

@@ -227,6 +227,9 @@ class PlanBuffers(Pass):
             return None
         if tuple(out.type.shape) != tuple(region.iteration):  # type: ignore[attr-defined]  # a tensor-typed value
             return None
+        yielded = region.body.terminator.operands[out.index]  # type: ignore[union-attr]
+        if isinstance(yielded, OpResult) and yielded.op.op_name == "prim.transpose":
+            return None  # stored through a permutation: other rows still read those bytes
         for i, v in enumerate(region.operands):
             b = buf_of[v]
             if isinstance(v, BlockArgument) or b.kind != "arena" or b.id in donated:
