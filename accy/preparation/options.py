@@ -94,6 +94,8 @@ class ContractOptions:
 class TensorOptions:
     innermost_reductions: bool = True
     """Transpose so every reduction runs over the innermost axis."""
+    split_reductions: bool = True
+    """On GPU targets, split a long reduction with few outputs into two."""
 
 
 @dataclass(frozen=True)

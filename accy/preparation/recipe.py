@@ -53,6 +53,8 @@ def tensor(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
     return (
         t.RequireStaticShapes(),            # compiling needs every ? bound
         t.DecomposeComposites(),            # softmax, layernorm, rmsnorm, gelu, mean
+        t.SplitReductions(options.tensor.split_reductions
+                          and options.target.backend.thread_blocks),  # fill the GPU
         t.InnermostReductions(options.tensor.innermost_reductions),
         t.LowerToPrim(),                    # explicit broadcasts, prim ops
         c.CSE(),

@@ -155,3 +155,22 @@ def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> Non
     assert "thread-per-row" in job.text()
     assert run_graph("softmax_axis0", element, {"rows": 64, "cols": cols}) <= \
         TOLERANCE[element] * (1 if element != "f32" else 5)
+
+
+def test_long_reductions_split_in_two_match_the_reference() -> None:
+    """graphs/reductions.mlir at 8192 × 4096: the column max and the sum of everything
+    are split (split-reductions); every output matches the reference."""
+    from accy.preparation.products import SemanticModule
+
+    text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
+    for old, new in (("64x128", "8192x4096"), ("tensor<64x", "tensor<8192x"),
+                     ("1x128", "1x4096")):
+        text = text.replace(old, new)
+    sm = SemanticModule.from_text(text)
+    x = np.random.default_rng(3).standard_normal((8192, 4096)).astype(np.float32)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse("cuda")))
+    got = update.fragment(x)
+    want = run_reference(SemanticModule.from_text(text).module, [x])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)

@@ -172,8 +172,13 @@ def test_rows_per_block_option():
 
 
 def test_very_long_rows_are_not_cached():
-    (p,) = plans(kernel(graph("softmax"), {0: (4, 65536)}))
+    (p,) = plans(kernel(graph("softmax"), {0: (4, 65536)}, ["tensor.split_reductions=false"]))
     assert p["mapping"] == "block-per-row" and p["cached_inputs"] == ()
+
+
+def test_a_few_very_long_rows_are_split_over_many_blocks():
+    ps = plans(kernel(graph("softmax"), {0: (4, 65536)}))
+    assert len(ps) > 1 and max(p["grid"][0] for p in ps) >= 128  # was 4 blocks
 
 
 def test_an_odd_row_is_not_vectorized():

@@ -418,3 +418,43 @@ def test_gelu_keeps_its_tiny_negative_tail(approximate):
         want = x / (1 + np.exp(-2 * u))
     assert np.all(y[:2] < 0)
     np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+@pytest.mark.parametrize("shape,axes,keepdims,split", [
+    ((1024, 4096), (0, 1), False, True),    # everything: [4096, 1024] rows, then one row
+    ((3, 131072), (1,), True, True),        # a few long rows
+    ((8192, 64), (0,), False, True),        # long columns: 256-row chunks, then 32
+    ((8192, 64), (0,), True, True),
+    ((64, 4096), (1,), False, False),       # enough rows already
+    ((200, 8), (0,), False, False),         # short columns
+])
+def test_long_reductions_with_few_outputs_split_in_two_on_gpus(kind, shape, axes, keepdims,
+                                                               split):
+    from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+
+    t = f"tensor<{'x'.join(map(str, shape))}xf32>"
+    out_shape = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+        [d for i, d in enumerate(shape) if i not in axes]
+    o = f"tensor<{'x'.join(map(str, out_shape))}{'x' if out_shape else ''}f32>"
+    text = f'''"builtin.module"() ({{
+  "func.func"() <{{function_type = ({t}) -> {o}, sym_name = "main"}}> ({{
+  ^bb0(%x: {t}):
+    %0 = "semantic.reduce_{kind}"(%x) {{axes = array<i64: {", ".join(map(str, axes))}>, keepdims = {"true" if keepdims else "false"}}} : ({t}) -> {o}
+    "func.return"(%0) : ({o}) -> ()
+  }}) : () -> ()
+}}) : () -> ()'''
+    sm = SemanticModule.from_text(text)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x.flat[12345 % x.size] = 9.0  # a maximum somewhere inside a chunk
+    want = run_reference(sm.module, [x])[0]
+    gpu = prepare_through(sm, "tensor", RunOptions.parse("cuda:sm_90"), {}).product
+    host = prepare_through(SemanticModule.from_text(text), "tensor", RunOptions(), {}).product
+    reduces = [op for op in gpu.entry().body.ops if op.op_name == "prim.reduce"]
+    assert len(reduces) == (2 if split else 1)
+    assert len([op for op in host.entry().body.ops if op.op_name == "prim.reduce"]) == 1
+    got = run_reference(gpu.module, [x])[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-3 if kind == "sum" else 0)

@@ -3,9 +3,11 @@
 1. :class:`RequireStaticShapes` — compiling needs every ``?`` bound;
 2. :class:`DecomposeComposites` — softmax, layernorm, rmsnorm, gelu and
    reduce_mean become primitive semantic ops;
-3. :class:`InnermostReductions` — every reduction runs over the last axis
+3. :class:`SplitReductions` — on GPU targets, a long reduction with few
+   outputs becomes two (a reshape between), so it fills the GPU;
+4. :class:`InnermostReductions` — every reduction runs over the last axis
    with keepdims (transposes and reshapes around it);
-4. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops.
+5. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops.
 """
 
 from __future__ import annotations
@@ -14,5 +16,7 @@ from accy.preparation.passes.tensor.decompose_composites import DecomposeComposi
 from accy.preparation.passes.tensor.innermost_reductions import InnermostReductions
 from accy.preparation.passes.tensor.lower_to_prim import LowerToPrim
 from accy.preparation.passes.tensor.require_static_shapes import RequireStaticShapes
+from accy.preparation.passes.tensor.split_reductions import SplitReductions
 
-__all__ = ["DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes"]
+__all__ = ["DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes",
+           "SplitReductions"]
