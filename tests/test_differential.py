@@ -730,3 +730,34 @@ def test_cuda_fragments_compile_without_implicit_contraction() -> None:
     from accy.preparation.options import Target
 
     assert "--fmad=false" in Target.parse("cuda:sm_90").backend.flags(fast_math=False)
+
+
+TRANSPOSE_READ_TWICE = '''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<7x7x4xf32>) -> (tensor<196xf32>, tensor<7x7x4xf32>), sym_name = "main"}> ({
+  ^bb0(%x: tensor<7x7x4xf32>):
+    %0 = "semantic.abs"(%x) : (tensor<7x7x4xf32>) -> tensor<7x7x4xf32>
+    %1 = "semantic.transpose"(%0) {permutation = array<i64: 1, 0, 2>} : (tensor<7x7x4xf32>) -> tensor<7x7x4xf32>
+    %2 = "semantic.reshape"(%1) : (tensor<7x7x4xf32>) -> tensor<196xf32>
+    %3 = "semantic.neg"(%1) : (tensor<7x7x4xf32>) -> tensor<7x7x4xf32>
+    "func.return"(%2, %3) : (tensor<196xf32>, tensor<7x7x4xf32>) -> ()
+  }) : () -> ()
+}) : () -> ()'''
+
+
+def test_an_index_map_read_by_a_reshape_and_by_a_fused_op() -> None:
+    """A transpose that a reshape reads (its own copy region) and a fused op reads too
+    (cloned into the op's region) once made the regions depend on each other
+    (programs 2003 of seed 20261201, 2112 and 2254 of 20261202)."""
+    from accy.executable.cache import FragmentCompilerCache
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+    from accy.preparation.stages import PreparationRequest
+
+    x = np.random.default_rng(0).standard_normal((7, 7, 4)).astype(np.float32)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        SemanticModule.from_text(TRANSPOSE_READ_TWICE),
+        PreparationRequest(source="t", options=RunOptions()))
+    a, b = update.fragment(x)
+    t = np.abs(x).transpose(1, 0, 2)
+    np.testing.assert_array_equal(a, t.reshape(196))
+    np.testing.assert_array_equal(b, -t)

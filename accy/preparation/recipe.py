@@ -57,6 +57,7 @@ def tensor(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           and options.target.backend.thread_blocks),  # fill the GPU
         t.InnermostReductions(options.tensor.innermost_reductions),
         t.LowerToPrim(),                    # explicit broadcasts, prim ops
+        t.CastsInsideTransposes(),          # transposes outside a half reduction's casts
         c.CSE(),
         c.DCE(),
     )

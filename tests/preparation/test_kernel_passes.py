@@ -374,3 +374,13 @@ def test_rows_that_are_columns_in_memory_get_a_thread_each():
                           {0: (64, 1024)}).product
     assert 'mapping = "thread-per-row"' not in few.text()
     assert 'mapping = "warp-per-row"' in few.text()
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_a_half_column_softmax_is_one_thread_per_row_kernel(element):
+    """Its f32 compute sits between two casts; the transposes move outside them
+    (casts-inside-transposes), so the casts fuse: no f32 copy on either side."""
+    from stage_programs import graph
+
+    ps = plans(kernel(graph("softmax_axis0", element), {0: (64, 65536)}))
+    assert [p["mapping"] for p in ps] == ["thread-per-row"]

@@ -206,11 +206,17 @@ class _Former:
                 raise AssertionError(f"unexpected op '{name}' at the dispatch stage")
         # A reshape reads a materialized buffer: an index map or constant feeding
         # one is given its own (copy) region.
-        for op in block.ops:
+        for op in list(block.ops):
             if op.op_name == "prim.reshape":
                 src = op.operands[0]
                 if isinstance(src, OpResult) and _free(src.op) and src.op not in self.group_of:
-                    self.new_group("elementwise", _shape(src), src.op)
+                    free = src.op
+                    if any(user is not op for user, _ in src.uses):
+                        # others read through it (cloning it): the copy region gets a
+                        # clone of its own, so they keep reading its operands, not it
+                        free = block.insert_before(op, src.op.clone())
+                        op.set_operand(0, free.results[0])
+                    self.new_group("elementwise", _shape(src), free)
         self.materialize_results()
 
     def place_elementwise(self, op: Operation) -> None:

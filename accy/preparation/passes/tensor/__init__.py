@@ -7,16 +7,19 @@
    outputs becomes two (a reshape between), so it fills the GPU;
 4. :class:`InnermostReductions` — every reduction runs over the last axis
    with keepdims (transposes and reshapes around it);
-5. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops.
+5. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops;
+6. :class:`CastsInsideTransposes` — the transposes around a half-precision
+   reduction move outside its casts (so they fuse into the row kernel).
 """
 
 from __future__ import annotations
 
+from accy.preparation.passes.tensor.casts_inside_transposes import CastsInsideTransposes
 from accy.preparation.passes.tensor.decompose_composites import DecomposeComposites
 from accy.preparation.passes.tensor.innermost_reductions import InnermostReductions
 from accy.preparation.passes.tensor.lower_to_prim import LowerToPrim
 from accy.preparation.passes.tensor.require_static_shapes import RequireStaticShapes
 from accy.preparation.passes.tensor.split_reductions import SplitReductions
 
-__all__ = ["DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes",
+__all__ = ["CastsInsideTransposes", "DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes",
            "SplitReductions"]
