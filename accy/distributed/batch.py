@@ -96,6 +96,12 @@ def _request(v: Variant) -> VariantRequest:
     return VariantRequest(v.program, v.id, v.target, dict(v.options), dict(v.shapes))
 
 
+CLUSTER_FAULTS = ("FutureCancelledError", "CancelledError", "KilledWorker", "CommClosedError",
+                  "StreamClosedError", "FutureLostError")
+"""Exceptions that say the cluster lost work (workers died, their data went with them),
+not that the variant is wrong: such a variant is refreshed once more."""
+
+
 def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
     if isinstance(exc, StageFailed):
         f = exc.failure_json()
@@ -104,8 +110,12 @@ def _failure_of(exc: BaseException, stage: str) -> dict[str, Any]:
             f["input_lost"] = True
         return f
     name = type(exc).__name__
-    return {"pipeline": stage, "pass": "", "message": f"{name}: {exc}", "reproducer": None,
-            "stage": stage}
+    f = {"pipeline": stage, "pass": "", "message": f"{name}: {exc}", "reproducer": None,
+         "stage": stage}
+    if name in CLUSTER_FAULTS or any(type(c).__name__ in CLUSTER_FAULTS
+                                     for c in (exc.__cause__, exc.__context__) if c):
+        f["input_lost"] = True
+    return f
 
 
 def _receipt(stage: str, value: dict[str, Any], shared: bool,
@@ -289,16 +299,42 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
     evicted it) is refreshed once more from its program: a cache tier that is
     gone is a recompute, never a failure.
     """
-    first = _run_batch(client, variants, store_url, on_done, fresh=False)
-    lost = {o.id for o in first.outcomes if (o.failure or {}).get("input_lost")}
-    if not lost:
-        return first
-    again = _run_batch(client, [v for v in variants if v.id in lost], store_url, on_done,
-                       fresh=True)
-    redone = {o.id: o for o in again.outcomes}
-    return BatchResult([redone.get(o.id, o) for o in first.outcomes],
-                       first.wall_s + again.wall_s, first.distinct_tasks + again.distinct_tasks,
-                       again.version)
+    result = _run_batch(client, variants, store_url, on_done, fresh=False)
+    for attempt in range(LOST_RETRIES):
+        lost = {o.id for o in result.outcomes if (o.failure or {}).get("input_lost")}
+        if not lost:
+            break
+        if attempt:  # lost to dead workers twice: give their nannies time to restart them
+            _wait_for_a_worker(client, settle=2.0 * attempt)
+        last = attempt + 1 == LOST_RETRIES
+        again = _run_batch(client, [v for v in variants if v.id in lost], store_url,
+                           on_done if last else _unless_lost(on_done), fresh=True)
+        redone = {o.id: o for o in again.outcomes}
+        result = BatchResult([redone.get(o.id, o) for o in result.outcomes],
+                             result.wall_s + again.wall_s,
+                             result.distinct_tasks + again.distinct_tasks, again.version)
+    return result
+
+
+LOST_RETRIES = 3
+"""Refreshes of a variant whose inputs the cluster lost, after the first pass."""
+
+
+def _unless_lost(on_done: Callable[[VariantOutcome], None] | None) \
+        -> Callable[[VariantOutcome], None] | None:
+    if on_done is None:
+        return None
+    return lambda o: None if (o.failure or {}).get("input_lost") else on_done(o)
+
+
+def _wait_for_a_worker(client: Any, settle: float, timeout: float = 30.0) -> None:
+    """Wait ``settle`` seconds (the scheduler notices the dead), then until the cluster
+    has a worker again (at most ``timeout``: the retry then fails with its own message)."""
+    import contextlib
+
+    time.sleep(settle)
+    with contextlib.suppress(Exception):
+        client.wait_for_workers(1, timeout=timeout)
 
 
 def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,

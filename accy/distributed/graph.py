@@ -555,12 +555,18 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
                 raise AccyError(f"sending the programs to the workers failed "
                                 f"{SCATTER_TRIES} times ({type(e).__name__}: {e}); is the "
                                 f"cluster losing workers?") from None
+            import contextlib
+            import time
+
+            time.sleep(2.0 * (attempt + 1))  # the scheduler removes the dead worker
+            with contextlib.suppress(Exception):  # and its nanny starts a new one
+                client.wait_for_workers(1, timeout=SCATTER_TIMEOUT_S / 2)
     return {m.fingerprint(): futures[k] for k, m in data.items()}
 
 
 SCATTER_TIMEOUT_S = 60
-SCATTER_TRIES = 2
-"""A scatter to every worker is bounded in time and tried again once."""
+SCATTER_TRIES = 3
+"""A scatter to every worker is bounded in time and tried again twice (after 2 s, 4 s)."""
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,

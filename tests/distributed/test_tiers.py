@@ -103,19 +103,28 @@ def test_a_fragment_copied_over_another_key_is_not_reused(tmp_path):
 
 def test_a_scatter_that_times_out_is_tried_again_then_one_error(monkeypatch):
     """A worker dying during the broadcast scatter hung ``accy batch`` forever: the
-    scatter is bounded in time, tried once more, then a one-line AccyError."""
+    scatter is bounded in time, tried again (after waiting for a worker), then a
+    one-line AccyError."""
+    import time
+
     from accy.distributed import graph
     from accy.errors import AccyError
     from accy.preparation.products import SemanticModule
 
     calls = []
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
 
     class Client:
         def scatter(self, data, **kwargs):  # type: ignore[no-untyped-def]
             calls.append(kwargs.get("timeout"))
             raise TimeoutError("no worker answered")
 
+        def wait_for_workers(self, n, timeout):  # type: ignore[no-untyped-def]
+            waits.append(("workers", n))
+
     sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
-    with pytest.raises(AccyError, match="sending the programs to the workers failed 2 times"):
+    with pytest.raises(AccyError, match="sending the programs to the workers failed 3 times"):
         graph.scatter_modules(Client(), [sm])
-    assert calls == [graph.SCATTER_TIMEOUT_S] * 2
+    assert calls == [graph.SCATTER_TIMEOUT_S] * graph.SCATTER_TRIES
+    assert waits == [2.0, ("workers", 1), 4.0, ("workers", 1)]

@@ -1,0 +1,49 @@
+"""The worker-kill fault suite, bounded for CI: one trial per kill moment.
+
+``benchmarks/faults.py`` runs the long version (50 trials); this runs its
+trials with the same invariants on a real-process cluster (two workers with
+nannies): no hang, no partial publish, no wrong stage key, a follow-up batch
+with every variant ok — and, since a variant whose work the cluster lost is
+refreshed again, no failure in the faulted batch either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+import accy.distributed as ad
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _faults():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("accy_faults", ROOT / "benchmarks" / "faults.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path):
+    faults = _faults()
+    rng = random.Random(7)
+    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                      dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
+            Client(cluster) as client:
+        for t, moment in enumerate(faults.MOMENTS):
+            out = faults.run_trial(cluster, client, t, moment, rng,
+                                   os.path.join(tmp_path, "store"), bound=90)
+            assert not out["hung"], out
+            assert "error" not in out, out
+            assert out["partial"] == [] and out["wrong"] == [] and out["permanent"] == [], out
+            assert out["faulted_failures"] == 0, out
