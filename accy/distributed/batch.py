@@ -444,15 +444,49 @@ def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
     map of a variant's last chain task. Finished variants are published together every
     :data:`PUBLISH_INTERVAL_S`, so the client makes a scheduler round trip per group of
     variants, not per variant; a plan lets go of its futures once published."""
+    import threading
+
     from distributed import as_completed
 
     tails = [ps[0].tail for ps in pending.values()]
     finished = as_completed(tails, with_results=True, raise_errors=False)
     del tails
+    stop = threading.Event()
+    watchdog = threading.Thread(target=_no_workers_watchdog,
+                                args=(collector.client, pending, stop), daemon=True,
+                                name="accy-no-workers-watchdog")
+    watchdog.start()
     try:
         _collect_batches(collector, pending, finish, finished)
     finally:
+        stop.set()
         finished.clear()  # a stopped batch (Ctrl-C) tracks no result any more
+
+
+def _no_workers_watchdog(client: Any, pending: dict[Any, list[RefreshPlan]],
+                         stop: Any) -> None:
+    """Tasks of a cluster that lost every worker wait for one without bound: after
+    ``NO_WORKERS_WAIT_S`` with none, the batch's remaining chains are cancelled, so
+    their variants end (as lost work: refreshed again, which then fails in bounded
+    time with one error line if still no worker comes)."""
+    from accy.distributed.graph import NO_WORKERS_WAIT_S
+
+    empty_since: float | None = None
+    while not stop.wait(1.0):
+        try:
+            workers = len(client.nthreads())
+        except Exception:  # noqa: BLE001 — the scheduler gone: no workers either
+            workers = 0
+        if workers:
+            empty_since = None
+            continue
+        empty_since = empty_since or time.monotonic()
+        if time.monotonic() - empty_since >= NO_WORKERS_WAIT_S:
+            try:
+                client.cancel([plans[0].tail for plans in list(pending.values())])
+            except Exception:  # noqa: BLE001 — best effort: the batch is ending anyway
+                pass
+            return
 
 
 def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]],

@@ -546,6 +546,7 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
     if not data:
         return {}
     for attempt in range(SCATTER_TRIES):
+        _some_worker(client)
         try:  # a worker dying mid-scatter must not hang the batch: bounded, tried again
             futures = client.scatter(data, hash=False, broadcast=True,
                                      timeout=SCATTER_TIMEOUT_S)
@@ -567,6 +568,23 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
 SCATTER_TIMEOUT_S = 60
 SCATTER_TRIES = 3
 """A scatter to every worker is bounded in time and tried again twice (after 2 s, 4 s)."""
+NO_WORKERS_WAIT_S = 30
+"""How long a batch waits for a cluster that has no worker at all (all lost, none
+restarted), then ends with one error line instead of waiting on Dask without bound."""
+
+
+def _some_worker(client: Any) -> None:
+    """Return when the cluster has a worker; an :class:`AccyError` after
+    :data:`NO_WORKERS_WAIT_S` without one (a scatter to no worker waits its whole timeout)."""
+    try:
+        if client.nthreads():
+            return
+        client.wait_for_workers(1, timeout=NO_WORKERS_WAIT_S)
+    except AccyError:
+        raise
+    except Exception as e:  # noqa: BLE001 — a timeout, or the scheduler gone too
+        raise AccyError(f"the cluster has no workers (waited {NO_WORKERS_WAIT_S} s: "
+                        f"{type(e).__name__}); are they all lost?") from None
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,

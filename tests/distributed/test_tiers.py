@@ -123,8 +123,37 @@ def test_a_scatter_that_times_out_is_tried_again_then_one_error(monkeypatch):
         def wait_for_workers(self, n, timeout):  # type: ignore[no-untyped-def]
             waits.append(("workers", n))
 
+        def nthreads(self):  # type: ignore[no-untyped-def]
+            return {"tcp://w:1": 1}
+
     sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
     with pytest.raises(AccyError, match="sending the programs to the workers failed 3 times"):
         graph.scatter_modules(Client(), [sm])
     assert calls == [graph.SCATTER_TIMEOUT_S] * graph.SCATTER_TRIES
     assert waits == [2.0, ("workers", 1), 4.0, ("workers", 1)]
+
+
+def test_a_cluster_without_workers_ends_the_scatter_in_bounded_time():
+    """All workers lost and none restarted: one AccyError after a bounded wait, never a
+    scatter waiting on Dask for its whole timeout, three times."""
+    from accy.distributed import graph
+    from accy.errors import AccyError
+    from accy.preparation.products import SemanticModule
+
+    asked = []
+
+    class Client:
+        def nthreads(self):  # type: ignore[no-untyped-def]
+            return {}
+
+        def wait_for_workers(self, n, timeout):  # type: ignore[no-untyped-def]
+            asked.append(timeout)
+            raise TimeoutError("no worker")
+
+        def scatter(self, data, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError("scattered to no worker")
+
+    sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
+    with pytest.raises(AccyError, match="the cluster has no workers"):
+        graph.scatter_modules(Client(), [sm])
+    assert asked == [graph.NO_WORKERS_WAIT_S]

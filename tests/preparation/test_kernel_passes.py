@@ -384,3 +384,16 @@ def test_a_half_column_softmax_is_one_thread_per_row_kernel(element):
 
     ps = plans(kernel(graph("softmax_axis0", element), {0: (64, 65536)}))
     assert [p["mapping"] for p in ps] == ["thread-per-row"]
+
+
+def test_a_half_mean_of_everything_is_split_without_an_f32_copy():
+    """reduce_mean of bf16 8192×4096 computes in f32 (a cast, then a sum): the split's
+    reshape goes before the cast, so the cast fuses into the partial sums."""
+    from stage_programs import program
+
+    t, o = "tensor<8192x4096xbf16>", "tensor<bf16>"
+    sm = program([t], [o], f'''    %0 = "semantic.reduce_mean"(%a0) {{axes = array<i64: 0, 1>, keepdims = false}} : ({t}) -> {o}
+    "func.return"(%0) : ({o}) -> ()''')
+    ps = plans(kernel(sm))
+    assert not [p for p in ps if p["mapping"] == "grid-stride" and p["elements"] == 8192 * 4096]
+    assert max(p["grid"][0] for p in ps) >= 1024  # the partial sums: many blocks

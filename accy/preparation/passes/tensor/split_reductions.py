@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
-from accy.choir.ir import Operation
+from accy.choir.ir import Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import ReduceOp
 from accy.preparation.passes.rewrite import Builder, blocks, replace_op
@@ -73,6 +73,18 @@ def _column_chunk(kept: int, n: int) -> int:
         if n % chunk == 0 and kept * (n // chunk) >= MIN_COLUMNS:
             return chunk
     return 0
+
+
+def _view(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
+    """``x`` reshaped; a cast that only this reduction reads is moved after the reshape
+    (a reshape reads a materialized buffer: the cast then fuses into the reduction,
+    instead of an f32 copy of a half tensor)."""
+    if isinstance(x, OpResult) and x.op.op_name == "semantic.cast" and len(x.uses) == 1:
+        t = x.type
+        assert isinstance(t, TensorType)
+        return b.op("semantic.cast", [b.reshape(x.op.operands[0], shape)],
+                    result_type=TensorType(shape, t.element))
+    return b.reshape(x, shape)
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,7 @@ class SplitReductions(Pass):
             split = _row_split(kept, n)
             if not split:
                 return
-            rows = b.reshape(x, (kept * split, n // split))
+            rows = _view(b, x, (kept * split, n // split))
             partial = b.op(name, [rows], attributes={"axes": DenseArrayAttr((1,)),
                                                      "keepdims": BoolAttr(False)})
             again = b.reshape(partial, (kept, split))
@@ -125,7 +137,7 @@ class SplitReductions(Pass):
             chunk = _column_chunk(kept, n)
             if not chunk:
                 return
-            cols = b.reshape(x, (n // chunk, chunk, kept))
+            cols = _view(b, x, (n // chunk, chunk, kept))
             partial = b.op(name, [cols], attributes={"axes": DenseArrayAttr((1,)),
                                                      "keepdims": BoolAttr(False)})
             whole = b.op(name, [partial], attributes={"axes": DenseArrayAttr((0,)),
