@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accy.distributed.graph import (
+    ClusterLost,
     GraphBuilder,
     InputLost,
     RefreshPlan,
@@ -451,51 +452,64 @@ def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
     tails = [ps[0].tail for ps in pending.values()]
     finished = as_completed(tails, with_results=True, raise_errors=False)
     del tails
-    stop = threading.Event()
+    stop, lost = threading.Event(), threading.Event()
     watchdog = threading.Thread(target=_no_workers_watchdog,
-                                args=(collector.client, pending, stop), daemon=True,
+                                args=(collector.client, stop, lost), daemon=True,
                                 name="accy-no-workers-watchdog")
     watchdog.start()
     try:
-        _collect_batches(collector, pending, finish, finished)
+        _collect_batches(collector, pending, finish, finished, lost)
     finally:
         stop.set()
         finished.clear()  # a stopped batch (Ctrl-C) tracks no result any more
 
 
-def _no_workers_watchdog(client: Any, pending: dict[Any, list[RefreshPlan]],
-                         stop: Any) -> None:
-    """Tasks of a cluster that lost every worker wait for one without bound: after
-    ``NO_WORKERS_WAIT_S`` with none, the batch's remaining chains are cancelled, so
-    their variants end (as lost work: refreshed again, which then fails in bounded
-    time with one error line if still no worker comes)."""
-    from accy.distributed.graph import NO_WORKERS_WAIT_S
+def _no_workers_watchdog(client: Any, stop: Any, lost: Any) -> None:
+    """Tasks of a cluster that lost every worker (or its scheduler) wait without
+    bound: after ``NO_WORKERS_WAIT_S`` with no worker answering, ``lost`` is set and
+    the collecting loop ends the batch."""
+    from accy.distributed.graph import no_workers_wait
 
+    wait = no_workers_wait()
     empty_since: float | None = None
     while not stop.wait(1.0):
         try:
-            workers = len(client.nthreads())
+            workers = len(client.sync(client.scheduler.ncores, callback_timeout=10))
         except Exception:  # noqa: BLE001 — the scheduler gone: no workers either
             workers = 0
         if workers:
             empty_since = None
             continue
         empty_since = empty_since or time.monotonic()
-        if time.monotonic() - empty_since >= NO_WORKERS_WAIT_S:
-            try:
-                client.cancel([plans[0].tail for plans in list(pending.values())])
-            except Exception:  # noqa: BLE001 — best effort: the batch is ending anyway
-                pass
+        if time.monotonic() - empty_since >= wait:
+            lost.set()
             return
 
 
+def _batches(finished: Any, lost: Any) -> Any:
+    """``finished.batches()``, polled, so that a lost cluster (``lost`` set by the
+    watchdog) ends the wait: one :class:`ClusterLost`, never a wait without bound."""
+    from accy.distributed.graph import no_workers_wait
+
+    while not finished.is_empty():
+        if finished.has_ready():
+            yield finished.next_batch(block=False)
+        elif lost is not None and lost.is_set():
+            raise ClusterLost(f"the cluster had no workers for {no_workers_wait():g} s (all "
+                              f"lost, or the scheduler is gone); {finished.count()} "
+                              f"variant(s) of the batch had not finished")
+        else:
+            time.sleep(0.01)
+
+
 def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
-                     finish: Callable[[VariantOutcome], None], finished: Any) -> None:
+                     finish: Callable[[VariantOutcome], None], finished: Any,
+                     lost: Any = None) -> None:
     """Each group of finished chains: its variants' outcomes, published in groups."""
     publications: list[dict[str, Any]] = []
     published: list[RefreshPlan] = []
     last_publish = time.monotonic()
-    for done in finished.batches():
+    for done in _batches(finished, lost):
         for f, result in done:
             for p in pending.pop(f.key):
                 o, pub = collector.collect(p, *_outcome_of(f, result))
@@ -693,6 +707,12 @@ def batch_main(sweeps: Sequence[str], *, scheduler: str | None, workers: int | N
                  f"finished")
             _write_outputs(client, stop.partial, report, html, echo, notes)
             raise KeyboardInterrupt from None  # the command exits 130
+        except ClusterLost as lost:
+            if lost.partial is not None:  # the report only: the page needs the scheduler
+                echo(f"stopped: {len(lost.partial.outcomes)} of {lost.total} variants had "
+                     f"finished")
+                _write_outputs(client, lost.partial, report, None, echo, notes)
+            raise
         _record(client, result)
         _say_results(result, explain_misses, echo)
         _write_outputs(client, result, report, html, echo, notes)
@@ -751,6 +771,7 @@ def connect(scheduler: str | None, workers: int | None,
     def warn(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
+    quiet.install()  # Dask's tracebacks of a cluster going away: accy says it in a line
     if scheduler:
         try:
             return Client(scheduler, timeout="10s"), None
@@ -758,7 +779,6 @@ def connect(scheduler: str | None, workers: int | None,
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise AccyError(f"cannot reach the Dask scheduler at {scheduler}: {first}") \
                 from None
-    quiet.install()  # this process runs the local cluster's scheduler
     cluster = _local_cluster(local_workers(workers, force_workers, warn), 8787)
     return Client(cluster), cluster
 
@@ -792,6 +812,11 @@ def _run_with_progress(client: Any, variants: Sequence[Variant], store_url: str,
         # what finished before Ctrl-C: the caller writes it as a partial report
         raise BatchInterrupted(BatchResult(list(finished), time.perf_counter() - t0, 0, 0),
                                len(variants)) from None
+    except ClusterLost as lost:
+        bar.close()
+        lost.partial = BatchResult(list(finished), time.perf_counter() - t0, 0, 0)
+        lost.total = len(variants)
+        raise
     bar.close()
     return result
 

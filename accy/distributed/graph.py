@@ -570,7 +570,25 @@ SCATTER_TRIES = 3
 """A scatter to every worker is bounded in time and tried again twice (after 2 s, 4 s)."""
 NO_WORKERS_WAIT_S = 30
 """How long a batch waits for a cluster that has no worker at all (all lost, none
-restarted), then ends with one error line instead of waiting on Dask without bound."""
+restarted), then ends with one error line instead of waiting on Dask without bound.
+Dask config ``accy.no-workers-wait`` (seconds) overrides it."""
+
+
+def no_workers_wait() -> float:
+    """:data:`NO_WORKERS_WAIT_S`, or Dask config ``accy.no-workers-wait``."""
+    import dask.config
+
+    value = dask.config.get("accy.no-workers-wait", None)
+    return float(value) if value is not None else float(NO_WORKERS_WAIT_S)
+
+
+class ClusterLost(AccyError):
+    """The cluster had no worker (or no scheduler) for ``NO_WORKERS_WAIT_S`` while a
+    batch waited on it. ``partial`` (set by the batch command's progress wrapper)
+    holds the variants that had finished, for a partial report."""
+
+    partial: Any = None
+    total: int = 0
 
 
 def _some_worker(client: Any) -> None:
@@ -579,12 +597,12 @@ def _some_worker(client: Any) -> None:
     try:
         if client.nthreads():
             return
-        client.wait_for_workers(1, timeout=NO_WORKERS_WAIT_S)
+        client.wait_for_workers(1, timeout=no_workers_wait())
     except AccyError:
         raise
     except Exception as e:  # noqa: BLE001 — a timeout, or the scheduler gone too
-        raise AccyError(f"the cluster has no workers (waited {NO_WORKERS_WAIT_S} s: "
-                        f"{type(e).__name__}); are they all lost?") from None
+        raise ClusterLost(f"the cluster has no workers (waited {no_workers_wait():g} s: "
+                          f"{type(e).__name__}); are they all lost?") from None
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,

@@ -26,6 +26,7 @@ False
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
@@ -35,7 +36,8 @@ PRELOAD = "accy.distributed.quiet"
 
 LOGGERS = ("distributed.worker", "distributed.core", "distributed.comm",
            "distributed.batched", "distributed.nanny", "distributed.worker.state_machine",
-           "distributed.scheduler", "distributed.client", "tornado.application")
+           "distributed.scheduler", "distributed.client", "distributed.utils",
+           "tornado.application", "tornado.general", "asyncio")
 """The Dask loggers the filter sits on (a logger's filter sees only its own records)."""
 
 TASK_PREFIX = "accy_"
@@ -54,7 +56,9 @@ class AccyLogFilter(logging.Filter):
       message, any other exception (an accy bug) as an internal error;
       ``ACCY_DEBUG=1`` shows Dask's block with its traceback.
     - A ``CommClosedError`` (or any ``OSError``) logged with traceback from a
-      worker's heartbeat or a closing comm: the cluster is going away.
+      worker's heartbeat or a closing comm, and the client's "Failed to
+      reconnect to scheduler": the cluster is going away (a batch then ends
+      with its own line).
     """
 
     def __init__(self) -> None:
@@ -73,12 +77,15 @@ class AccyLogFilter(logging.Filter):
         if msg.startswith(("Couldn't gather keys", "Couldn't gather")) and \
                 f"'{TASK_PREFIX}" in record.getMessage():
             return False  # results of a batch that stopped, no longer wanted
+        if msg.startswith("Failed to reconnect to scheduler"):
+            return False  # the scheduler is gone: the batch says so in its own line
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             if "heartbeat" in msg and isinstance(exc, OSError):
                 return False
-            if type(exc).__name__ in ("CommClosedError", "StreamClosedError"):
-                return False
+            if type(exc).__name__ in ("CommClosedError", "StreamClosedError") or \
+                    isinstance(exc, (OSError, TimeoutError, asyncio.CancelledError)):
+                return False  # a connection (the scheduler, a worker) went away, or closing
         return True
 
 
@@ -91,6 +98,11 @@ def install() -> None:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+    # records of other loggers that reach the handlers (propagated): filtered there too
+    for logger in (logging.getLogger(), logging.getLogger("distributed")):
+        for handler in logger.handlers:
+            if _FILTER not in handler.filters:
+                handler.addFilter(_FILTER)
 
 
 def dask_setup(dask_server: Any) -> None:

@@ -332,3 +332,47 @@ def test_ctrl_c_stops_the_batch_writes_a_partial_report_and_exits_130(tmp_path):
     partial = json.loads(report.read_text())
     assert 0 < partial["summary"]["variants"] < 400
     assert f"interrupted: {partial['summary']['variants']} of 400 variants had finished" in both
+
+
+def test_a_scheduler_lost_mid_batch_ends_it_in_bounded_time_with_a_partial_report(tmp_path):
+    """The scheduler killed while ``accy batch --scheduler`` runs: the batch ends within
+    a bound (``accy.no-workers-wait`` = 3 s here) with one error line, no traceback,
+    exit 1, and the report of what had finished."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    dask = [sys.executable, "-m", "dask"]
+    shapes = [{"arg0": f"{8 * i}x4096"} for i in range(1, 41)]
+    sweep = write_sweep(tmp_path / "big.yaml", [str(GRAPHS / "layernorm.mlir")],
+                        targets=["host"], shapes=shapes,
+                        options={"kernel.block_size": [64, 128, 256, 512, 1024]})
+    report = tmp_path / "r.json"
+    with process([*dask, "scheduler", "--host", "127.0.0.1", "--port",
+                  address.rsplit(":", 1)[1], "--dashboard-address", ":0", "--preload",
+                  "accy.distributed"], tmp_path / "scheduler.log") as sched, \
+            process([*dask, "worker", address, "--preload", "accy.distributed",
+                     "--nthreads", "1", "--no-dashboard"], tmp_path / "worker.log"):
+        e = dict(env(), DASK_ACCY__NO_WORKERS_WAIT="3")
+        p = subprocess.Popen([sys.executable, "-m", "accy", "batch", str(sweep), "--scheduler",
+                              address, "--report", str(report)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=e, cwd=str(tmp_path))
+        os.set_blocking(p.stderr.fileno(), False)
+        seen = b""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None:
+            seen += p.stderr.read() or b""
+            if b"/200 [" in seen and b" 0/200" not in seen[-200:]:
+                break  # variants are finishing
+            time.sleep(0.1)
+        if p.poll() is not None:
+            pytest.skip("the batch ended before the scheduler could be killed")
+        sched.kill()
+        killed = time.monotonic()
+        out, err = p.communicate(timeout=120)
+    took = time.monotonic() - killed
+    both = out.decode() + (seen + err).decode(errors="replace")
+    assert p.returncode == 1, both
+    assert took < 60, f"{took:.0f} s after the scheduler died"
+    assert "Traceback" not in both, both
+    assert "error:" in both
+    if report.exists():  # the partial report of what had finished
+        partial = json.loads(report.read_text())
+        assert 0 < partial["summary"]["variants"] < 200

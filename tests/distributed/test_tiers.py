@@ -156,4 +156,49 @@ def test_a_cluster_without_workers_ends_the_scatter_in_bounded_time():
     sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
     with pytest.raises(AccyError, match="the cluster has no workers"):
         graph.scatter_modules(Client(), [sm])
-    assert asked == [graph.NO_WORKERS_WAIT_S]
+    assert asked == [graph.no_workers_wait()]
+
+
+def test_a_batch_whose_cluster_loses_every_worker_ends_in_bounded_time(monkeypatch):
+    """No worker left (none restarted, or the scheduler gone): the graph's tasks would
+    wait without bound; the batch ends with one ClusterLost after NO_WORKERS_WAIT_S."""
+    import threading
+    import time
+
+    from distributed import Client, LocalCluster
+
+    import accy.distributed as ad
+    from accy.distributed import graph
+    from accy.distributed.batch import ClusterLost, run_batch
+    from accy.sweep import Variant
+
+    monkeypatch.setattr(graph, "NO_WORKERS_WAIT_S", 2)
+    variants = [Variant(str(GRAPHS / "layernorm.mlir"), "host", {0: (8 + i, 4096)})
+                for i in range(12)]
+    box: dict = {}
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                      dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
+            Client(cluster) as client:
+        def batch() -> None:
+            try:
+                box["result"] = run_batch(client, variants)
+            except BaseException as e:  # noqa: BLE001
+                box["error"] = e
+
+        thread = threading.Thread(target=batch, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not any(ws.processing for ws in cluster.scheduler.workers.values()) \
+                and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        started = time.monotonic()
+        cluster.scale(0)
+        thread.join(30)
+        assert not thread.is_alive(), "the batch waited without bound"
+        if "result" in box:
+            pytest.skip("the batch finished before the workers left")
+        # the tasks wait (the watchdog ends them) or are released and their retry
+        # finds no worker to send the programs to: one ClusterLost either way
+        assert isinstance(box["error"], ClusterLost), box
+        assert "no workers" in str(box["error"])
+        assert time.monotonic() - started < 20
