@@ -37,6 +37,7 @@ from accy.distributed.graph import (
     resolution_request,
     resolve_many,
     scatter_modules,
+    settle_for_a_worker,
 )
 from accy.distributed.local import HOST_ENV
 from accy.errors import AccyError
@@ -306,7 +307,7 @@ def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None
         if not lost:
             break
         if attempt:  # lost to dead workers twice: give their nannies time to restart them
-            _wait_for_a_worker(client, settle=2.0 * attempt)
+            settle_for_a_worker(client, 2.0 * attempt, 30.0)
         last = attempt + 1 == LOST_RETRIES
         again = _run_batch(client, [v for v in variants if v.id in lost], store_url,
                            on_done if last else _unless_lost(on_done), fresh=True)
@@ -326,16 +327,6 @@ def _unless_lost(on_done: Callable[[VariantOutcome], None] | None) \
     if on_done is None:
         return None
     return lambda o: None if (o.failure or {}).get("input_lost") else on_done(o)
-
-
-def _wait_for_a_worker(client: Any, settle: float, timeout: float = 30.0) -> None:
-    """Wait ``settle`` seconds (the scheduler notices the dead), then until the cluster
-    has a worker again (at most ``timeout``: the retry then fails with its own message)."""
-    import contextlib
-
-    time.sleep(settle)
-    with contextlib.suppress(Exception):
-        client.wait_for_workers(1, timeout=timeout)
 
 
 def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,

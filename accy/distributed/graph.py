@@ -556,13 +556,20 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
                 raise AccyError(f"sending the programs to the workers failed "
                                 f"{SCATTER_TRIES} times ({type(e).__name__}: {e}); is the "
                                 f"cluster losing workers?") from None
-            import contextlib
-            import time
-
-            time.sleep(2.0 * (attempt + 1))  # the scheduler removes the dead worker
-            with contextlib.suppress(Exception):  # and its nanny starts a new one
-                client.wait_for_workers(1, timeout=SCATTER_TIMEOUT_S / 2)
+            settle_for_a_worker(client, 2.0 * (attempt + 1), SCATTER_TIMEOUT_S / 2)
     return {m.fingerprint(): futures[k] for k, m in data.items()}
+
+
+def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
+    """After losing workers: wait ``settle`` seconds (the scheduler removes the dead),
+    then until the cluster has a worker again (a nanny restarts it), at most
+    ``timeout``; what is retried next fails with its own message if none came."""
+    import contextlib
+    import time
+
+    time.sleep(settle)
+    with contextlib.suppress(Exception):
+        client.wait_for_workers(1, timeout=timeout)
 
 
 SCATTER_TIMEOUT_S = 60

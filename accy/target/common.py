@@ -132,6 +132,25 @@ def shape_of(v: Value) -> tuple[int, ...]:
     return tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class MatmulDims:
+    """A matmul kernel's ``prim.matmul`` and its extents (every emitter's prologue)."""
+
+    op: Operation
+    batch: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    element: str
+
+    @staticmethod
+    def of(kernel: Any) -> MatmulDims:
+        mm = next(op for op in kernel.body.ops if op.op_name == "prim.matmul")
+        out = shape_of(mm.results[0])
+        return MatmulDims(mm, out[:-2], out[-2], out[-1], shape_of(mm.operands[0])[-1],
+                          elem_of(mm.results[0]))
+
+
 def split_yields(yields: Sequence[Value], shape: tuple[int, ...]) \
         -> tuple[list[tuple[int, Value]], list[tuple[int, Value, tuple[int, ...]]],
                  list[tuple[int, Value]]]:
@@ -301,6 +320,12 @@ class ExprBuilder:
             ix = ix.replace(LANE, str(lane))
             terms.append(ix if st == 1 else f"({ix})*{st}")
         return " + ".join(terms) or "0"
+
+    def transposed_offset(self, shape: tuple[int, ...], idx: tuple[str, ...],
+                          perm: tuple[int, ...], lane: int) -> str:
+        """The offset of iteration point ``idx`` (of ``shape``) in the transpose by
+        ``perm`` (output axis k is iteration axis ``perm[k]``): a stored transpose."""
+        return self.offset(tuple(shape[p] for p in perm), tuple(idx[p] for p in perm), lane)
 
     # ----------------------------------------------------------- expressions
     def expr(self, v: Value, idx: tuple[str, ...], scope: Scope, lane: int = 0) -> str:

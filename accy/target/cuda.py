@@ -22,6 +22,7 @@ from accy.target.common import (
     LANE,
     STORAGE,
     ExprBuilder,
+    MatmulDims,
     Scope,
     combine,
     decompose,
@@ -427,10 +428,8 @@ class _RowEmitter:
         moved = [(oi, v, perm, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
                  for oi, v, perm in transposed]
         for oi, v, perm, vals in moved:
-            shape = tuple(self.shape[p] for p in perm)
-            idx = tuple(self.ident[p] for p in perm)
             for lane, val in enumerate(vals):
-                off = self.b.offset(shape, idx, lane)
+                off = self.b.transposed_offset(self.shape, self.ident, perm, lane)
                 inner.lines.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
         for oi, v, vals in computed:
             el = elem_of(v)
@@ -464,12 +463,9 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     ins, outs, params = _params(k)
     plan = k.plan
     tm, tn, tk = plan.tile
-    mm = next(op for op in k.body.ops if op.op_name == "prim.matmul")
-    out_shape = shape_of(mm.results[0])
-    batch_shape = out_shape[:-2]
-    m_, n_ = out_shape[-2], out_shape[-1]
-    k_ = shape_of(mm.operands[0])[-1]
-    el = elem_of(mm.results[0])
+    dims = MatmulDims.of(k)
+    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    el = dims.element
     ct = COMPUTE[el]
     # an explicit fused multiply-add: the fragment is compiled without implicit contraction
     mac = {"float": "acc[i][jj] = fmaf(ra[i], rb[jj], acc[i][jj])",
@@ -572,12 +568,9 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     st = plan.stages
     ash, amask, bsh, bmask = plan.swizzle
     threads = plan.block[0]
-    mm = next(op for op in k.body.ops if op.op_name == "prim.matmul")
-    out_shape = shape_of(mm.results[0])
-    batch_shape = out_shape[:-2]
-    m_, n_ = out_shape[-2], out_shape[-1]
-    k_ = shape_of(mm.operands[0])[-1]
-    el = elem_of(mm.results[0])
+    dims = MatmulDims.of(k)
+    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    el = dims.element
     a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
     ac, bc = tk // 8, tn // 8  # 16-byte chunks a tile row
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)

@@ -15,6 +15,7 @@ from accy.target.common import (
     PRELUDE_C,
     STORAGE,
     ExprBuilder,
+    MatmulDims,
     Scope,
     combine,
     decompose,
@@ -111,7 +112,7 @@ def emit_rows(k: KernelFuncOp) -> tuple[str, list[str]]:
             stores.append(f"{outs[oi]}[row * {cols}LL + c] = {store_convert(val, elem_of(v))};")
         for oi, v, perm in transposed:  # output index k is iteration index perm[k]
             val = b.expr(v, ident, inner)
-            off = b.offset(tuple(shape[p] for p in perm), tuple(ident[p] for p in perm), 0)
+            off = b.transposed_offset(shape, ident, perm, 0)
             stores.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
         body += [f"for (long long c = 0; c < {cols}LL; ++c) {{",
                  *("  " + s for s in inner.lines + stores), "}"]
@@ -125,12 +126,9 @@ def emit_rows(k: KernelFuncOp) -> tuple[str, list[str]]:
 
 def emit_matmul(k: KernelFuncOp) -> tuple[str, list[str]]:
     ins, outs, lines = _prologue(k)
-    mm = next(op for op in k.body.ops if op.op_name == "prim.matmul")
-    out_shape = shape_of(mm.results[0])
-    batch_shape = out_shape[:-2]
-    m_, n_ = out_shape[-2], out_shape[-1]
-    k_ = shape_of(mm.operands[0])[-1]
-    mm_el = elem_of(mm.results[0])
+    dims = MatmulDims.of(k)
+    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    mm_el = dims.element
     ct = COMPUTE[mm_el]
     acc_ct = "double" if ct == "float" else ct
     nb = 1

@@ -98,6 +98,20 @@ def write_sweep(path: Path, programs: list[str], **extra: object) -> Path:
     return path
 
 
+def until_progress(p: subprocess.Popen[bytes], total: int, timeout: float = 120) -> bytes:
+    """Read a running batch's stderr until its progress bar has moved (variants are
+    finishing) or it exits; what it printed so far."""
+    os.set_blocking(p.stderr.fileno(), False)  # type: ignore[union-attr]
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        seen += p.stderr.read() or b""  # type: ignore[union-attr]
+        if f"/{total} [".encode() in seen and f" 0/{total}".encode() not in seen[-200:]:
+            break
+        time.sleep(0.1)
+    return seen
+
+
 def one_error_line(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -300,7 +314,6 @@ def test_ctrl_c_stops_the_batch_writes_a_partial_report_and_exits_130(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     shapes = "\n".join(f"  - {{arg0: {8 * i}x4096}}" for i in range(1, 41))
     sweep = tmp_path / "big.yaml"
@@ -313,14 +326,7 @@ def test_ctrl_c_stops_the_batch_writes_a_partial_report_and_exits_130(tmp_path):
                           str(report), "--workers", "2", "--cache", str(tmp_path / "store")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          start_new_session=True, cwd=str(ROOT))
-    os.set_blocking(p.stderr.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and p.poll() is None:
-        seen += p.stderr.read() or b""
-        if b"/400 [" in seen and b" 0/400" not in seen[-200:]:
-            break  # the progress bar has moved: variants are finishing
-        time.sleep(0.1)
+    seen = until_progress(p, 400)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=120)
     both = out.decode() + (seen + err).decode(errors="replace")
@@ -354,14 +360,7 @@ def test_a_scheduler_lost_mid_batch_ends_it_in_bounded_time_with_a_partial_repor
         p = subprocess.Popen([sys.executable, "-m", "accy", "batch", str(sweep), "--scheduler",
                               address, "--report", str(report)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=e, cwd=str(tmp_path))
-        os.set_blocking(p.stderr.fileno(), False)
-        seen = b""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and p.poll() is None:
-            seen += p.stderr.read() or b""
-            if b"/200 [" in seen and b" 0/200" not in seen[-200:]:
-                break  # variants are finishing
-            time.sleep(0.1)
+        seen = until_progress(p, 200)
         if p.poll() is not None:
             pytest.skip("the batch ended before the scheduler could be killed")
         sched.kill()
