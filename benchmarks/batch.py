@@ -179,8 +179,60 @@ def plain_dask_round_trip(workers: int) -> float:
         return trivial_round_trip(client)
 
 
+class CpuMeter:
+    """CPU seconds spent during a batch, by where: the client process's event-loop
+    thread and its other threads, the scheduler's process (when it has one of its
+    own), and the worker processes (summed, and the busiest)."""
+
+    def __init__(self, cluster: Any) -> None:
+        import psutil
+
+        self.me = psutil.Process()
+        pid = getattr(cluster.scheduler, "pid", None)
+        self.scheduler = psutil.Process(pid) if pid else None
+
+    def _snap(self) -> dict[str, Any]:
+        import threading
+
+        import psutil
+
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        threads = {}
+        for t in self.me.threads():
+            name = "client_io_loop" if names.get(t.id) == "IO loop" else "client_other"
+            threads[name] = threads.get(name, 0.0) + t.user_time + t.system_time
+        sched = self.scheduler.pid if self.scheduler else None
+        workers = {}
+        for c in self.me.children(recursive=True):
+            if c.pid != sched:
+                try:
+                    workers[c.pid] = sum(c.cpu_times()[:2])
+                except psutil.Error:
+                    pass
+        s = sum(self.scheduler.cpu_times()[:2]) if self.scheduler else None
+        return {"threads": threads, "scheduler": s, "workers": workers}
+
+    def __enter__(self) -> CpuMeter:
+        self.before, self.t0 = self._snap(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        after, wall = self._snap(), time.perf_counter() - self.t0
+        b = self.before
+        out: dict[str, Any] = {k: round(v - b["threads"].get(k, 0.0), 2)
+                               for k, v in after["threads"].items()}
+        if after["scheduler"] is not None:
+            out["scheduler_process"] = round(after["scheduler"] - b["scheduler"], 2)
+        used = [v - b["workers"].get(pid, 0.0) for pid, v in after["workers"].items()]
+        out["workers_total"] = round(sum(used), 2)
+        out["worker_busiest"] = round(max(used, default=0.0), 2)
+        out["wall"] = round(wall, 2)
+        self.figures = out
+
+
 def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
-                 profile: str | None) -> dict[str, Any]:
+                 profile: str | None, scheduler_process: bool = True,
+                 extras: bool = True) -> dict[str, Any]:
     from distributed import Client
 
     from accy.distributed.api import refresh
@@ -191,12 +243,14 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     out: dict[str, Any] = {}
     # the statistical profiler is off on accy's clusters; --profile turns it back on
     config = {"distributed.worker.profile.enabled": True} if profile else None
-    with local_cluster(workers, config=config) as cluster, Client(cluster) as client:
+    with local_cluster(workers, config=config, scheduler_process=scheduler_process) \
+            as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
         store = tempfile.mkdtemp(prefix="accy-bench-store-")
         run_batch(client, warm, store_url=store)
         for name, vs in sets.items():
-            result = run_batch(client, vs, store_url=store)
+            with CpuMeter(cluster) as meter:
+                result = run_batch(client, vs, store_url=store)
             rep = result.report()
             ran: dict[str, list[int]] = {}
             for o in result.outcomes:
@@ -209,7 +263,10 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
                          "variants_per_s": round(len(vs) / result.wall_s, 2),
                          "ok": rep["summary"]["ok"], "stage_runs": rep["summary"]["stage_runs"],
                          "reuses": rep["summary"]["reuses"],
-                         "distinct_tasks": result.distinct_tasks}
+                         "distinct_tasks": result.distinct_tasks, "cpu_s": meter.figures}
+        if not extras:
+            unpin(client)
+            return out
         vs = sets["distinct"]
         second = run_batch(client, vs, store_url=store)
         out["second_batch_s"] = round(second.wall_s, 4)
@@ -234,14 +291,16 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     return out
 
 
-def big_in_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
-    """The big sweep as ``accy batch`` runs it: a fresh process (client and, as in every
-    ``LocalCluster``, the scheduler), a fresh cluster and store."""
+def big_in_child(workers: int, target: str, limit: int | None = None,
+                 scheduler_process: bool = True) -> dict[str, Any]:
+    """The big sweep as ``accy batch`` runs it: a fresh process (the client), a fresh
+    cluster (its scheduler in a process of its own, unless asked otherwise) and store."""
     import subprocess
 
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--big-child",
                           "--workers", str(workers), "--target", target]
-                         + (["--big-limit", str(limit)] if limit else []),
+                         + (["--big-limit", str(limit)] if limit else [])
+                         + ([] if scheduler_process else ["--scheduler-in-client"]),
                          capture_output=True, text=True, check=False)
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -249,22 +308,25 @@ def big_in_child(workers: int, target: str, limit: int | None = None) -> dict[st
         return {"error": out.stderr[-2000:]}
 
 
-def big_child(workers: int, target: str, limit: int | None = None) -> dict[str, Any]:
+def big_child(workers: int, target: str, limit: int | None = None,
+              scheduler_process: bool = True) -> dict[str, Any]:
     from distributed import Client
 
     from accy.distributed.batch import run_batch
     from accy.distributed.local import local_cluster
 
-    with local_cluster(workers) as cluster, Client(cluster) as client:
+    with local_cluster(workers, scheduler_process=scheduler_process) as cluster, \
+            Client(cluster) as client:
         client.wait_for_workers(workers)
         store = tempfile.mkdtemp(prefix="accy-bench-big-")
         run_batch(client, distinct_variants(len(PROGRAMS) * workers, target, first_rows=4),
                   store_url=store)
-        return _big(client, big_sweep(target)[:limit], store)
+        return _big(client, big_sweep(target)[:limit], store, cluster)
 
 
-def _big(client: Any, vs: list[Any], store: str) -> dict[str, Any]:
-    """The big sweep; this process's peak RSS sampled every 50 ms."""
+def _big(client: Any, vs: list[Any], store: str, cluster: Any) -> dict[str, Any]:
+    """The big sweep; this process's peak RSS sampled every 50 ms (and the scheduler's,
+    when it has a process of its own)."""
     import threading
 
     import psutil
@@ -272,23 +334,30 @@ def _big(client: Any, vs: list[Any], store: str) -> dict[str, Any]:
     from accy.distributed.batch import run_batch
 
     proc = psutil.Process()
+    spid = getattr(cluster.scheduler, "pid", None)
+    sched = psutil.Process(spid) if spid else None
     base = proc.memory_info().rss
-    peak = [base]
+    peak = [base, sched.memory_info().rss if sched else 0]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.05):
             peak[0] = max(peak[0], proc.memory_info().rss)
+            if sched:
+                peak[1] = max(peak[1], sched.memory_info().rss)
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
-        result = run_batch(client, vs, store_url=store)
+        with CpuMeter(cluster) as meter:
+            result = run_batch(client, vs, store_url=store)
     finally:
         stop.set()
         t.join()
     rep = result.report()["summary"]
     return {"variants": len(vs), "ok": rep["ok"], "wall_s": round(result.wall_s, 2),
+            "cpu_s": meter.figures, "scheduler_in_own_process": sched is not None,
+            "scheduler_peak_rss_mb": round(peak[1] / 2**20) if sched else None,
             "variants_per_s": round(len(vs) / result.wall_s, 1),
             "stage_runs": rep["stage_runs"], "reuses": rep["reuses"],
             "client_rss_before_mb": round(base / 2**20), "client_peak_rss_mb":
@@ -349,12 +418,19 @@ def main() -> None:
     ap.add_argument("--big-limit", type=int, default=None,
                     help="only the first N variants of the big sweep (a smoke test)")
     ap.add_argument("--no-pool", action="store_true")
+    ap.add_argument("--scheduler-in-client", action="store_true",
+                    help="accy's cluster with its scheduler on the client's event loop "
+                         "(as a LocalCluster runs it) instead of a process of its own")
+    ap.add_argument("--compare-scheduler", action="store_true",
+                    help="also measure accy with the scheduler on the client's event loop "
+                         "(distinct and shared sets, and the big sweep)")
     ap.add_argument("--profile", default=None, metavar="DIR")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
     tgt = _tgt(args.target)
+    own = not args.scheduler_in_client
     if args.big_child:
-        print(json.dumps(big_child(args.workers[-1], tgt, args.big_limit)))
+        print(json.dumps(big_child(args.workers[-1], tgt, args.big_limit, own)))
         return
     sets = {"distinct": distinct_variants(args.variants, tgt),
             "shared": shared_variants(args.shared or args.variants, tgt)}
@@ -364,7 +440,11 @@ def main() -> None:
         # warm-up: other shapes, one round per process
         warm = distinct_variants(len(PROGRAMS) * w, tgt, first_rows=4)
         r: dict[str, Any] = {"workers": w, "variants": {k: len(v) for k, v in sets.items()}}
-        r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None)
+        r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None,
+                                 own)
+        if args.compare_scheduler:
+            r["accy_scheduler_in_client"] = measure_accy(w, sets, warm, None, False,
+                                                         extras=False)
         r["plain_dask_round_trip_ms"] = round(plain_dask_round_trip(w) * 1e3, 3)
         if not args.no_pool:
             r["pool"] = measure_pool(w, sets, warm)
@@ -377,16 +457,26 @@ def main() -> None:
                if "pool" in r else "") for k in sets)
             + f"; stage ms {r['accy']['distinct']['stage_ms']}"
             + (f", pool compile ms {r['pool']['distinct']['compile_ms']}" if "pool" in r else "")
+            + (", scheduler in the client: " + ", ".join(
+                f"{k} {r['accy_scheduler_in_client'][k]['variants_per_s']}/s" for k in sets)
+               if "accy_scheduler_in_client" in r else "")
             + f"; reused refresh {r['accy']['fully_reused_refresh_ms']} ms; round trip "
               f"accy {r['accy']['trivial_round_trip_ms']} ms, plain Dask "
               f"{r['plain_dask_round_trip_ms']} ms, client sending every 1 ms "
               f"{r['accy']['trivial_round_trip_client_send_1ms']} ms", file=sys.stderr, flush=True)
         _write(out, args.output)
     if args.big:
-        out["big"] = dict(big_in_child(args.workers[-1], tgt, args.big_limit),
+        out["big"] = dict(big_in_child(args.workers[-1], tgt, args.big_limit, own),
                           workers=args.workers[-1])
         print(f"big: {out['big']}", file=sys.stderr, flush=True)
         _write(out, args.output)
+        if args.compare_scheduler:
+            out["big_scheduler_in_client"] = dict(
+                big_in_child(args.workers[-1], tgt, args.big_limit, False),
+                workers=args.workers[-1])
+            print(f"big, scheduler in the client: {out['big_scheduler_in_client']}",
+                  file=sys.stderr, flush=True)
+            _write(out, args.output)
     print(json.dumps(out, indent=2))
 
 

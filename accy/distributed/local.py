@@ -15,7 +15,13 @@ One builder for every local cluster accy starts (``accy batch``, ``accy tune``):
   core);
 - the scheduler and workers bind ``host`` (127.0.0.1 unless asked), accy is
   preloaded everywhere, the dashboard's routes and the batch configuration
-  (:func:`accy.distributed.batch_cluster_config`) are set as the scheduler starts.
+  (:func:`accy.distributed.batch_cluster_config`) are set as the scheduler starts;
+- the scheduler runs in a process of its own (:class:`accy.distributed.scheduler_process.SchedulerProcess`), not in
+  the client's: a ``LocalCluster`` runs it on the client's event loop, where the
+  scheduler's work for every task (task-finished messages, transitions, gathers,
+  the cache plugin's publishes) and the client's (results, releases) share one
+  thread and one GIL; at 15 workers that thread, not the workers, bounded a
+  batch. In-process clusters (``processes=False``, the tests) keep it in-process.
 
 GPUs are counted without importing CuPy in this process: ``ACCY_GPUS`` (a count,
 or a comma-separated device list) if set, else ``CUDA_VISIBLE_DEVICES``, else the
@@ -108,10 +114,13 @@ def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
 
 def local_cluster(workers: int | None = None, *, devices: list[str] | None = None,
                   processes: bool = True, dashboard_port: int = 0,
-                  host: str | None = None, config: dict[str, Any] | None = None) -> Any:
+                  host: str | None = None, config: dict[str, Any] | None = None,
+                  scheduler_process: bool = True) -> Any:
     """Start accy's local cluster (see the module docstring); an :class:`AccyError`
     in one line if it does not start. ``config`` is Dask configuration set over the
-    batch configuration while it starts (e.g. the worker profiler back on)."""
+    batch configuration while it starts (e.g. the worker profiler back on).
+    ``scheduler_process=False`` runs the scheduler on this process's event loop, as
+    a ``LocalCluster`` does (``benchmarks/batch.py`` compares the two)."""
     import dask.config
     from distributed import Scheduler, SpecCluster
 
@@ -125,9 +134,15 @@ def local_cluster(workers: int | None = None, *, devices: list[str] | None = Non
     wopts: dict[str, Any] = {"preload": [PRELOAD, QUIET] if processes else [PRELOAD],
                              "silence_logs": logging.WARN}  # as LocalCluster: no INFO chatter
     sopts: dict[str, Any] = {"preload": [PRELOAD]}
+    scheduler_cls: Any = Scheduler
     if processes:
         wopts["host"] = host
         sopts.update(host=host, dashboard_address=f"{host}:{dashboard_port}")
+        if scheduler_process:
+            from accy.distributed.scheduler_process import SchedulerProcess
+
+            scheduler_cls = SchedulerProcess
+            sopts["preload"] = [PRELOAD, QUIET]
     else:
         sopts.update(protocol="inproc://", dashboard_address=":0")
     specs = worker_specs(n, devices, processes=processes, options=wopts)
@@ -138,7 +153,7 @@ def local_cluster(workers: int | None = None, *, devices: list[str] | None = Non
         warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
                                 category=UserWarning)
         try:
-            return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": sopts},
+            return SpecCluster(workers=specs, scheduler={"cls": scheduler_cls, "options": sopts},
                                name="accy", silence_logs=logging.WARN)
         except (OSError, TimeoutError) as e:
             raise AccyError(f"the local cluster of {n} worker(s) did not start: "

@@ -46,7 +46,6 @@ Example
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections import OrderedDict
 from time import time
@@ -193,8 +192,8 @@ class AccyCachePlugin(SchedulerPlugin):
             return {"version": self.version}
         return {
             "version": self.version,
-            "entries": copy.deepcopy(self.entries),
-            "variants": copy.deepcopy(self.variants),
+            "entries": jsonable(self.entries),
+            "variants": jsonable(self.variants),
         }
 
     def publish(self, comm: Any = None, expected_version: int = -1,
@@ -208,7 +207,8 @@ class AccyCachePlugin(SchedulerPlugin):
         self.version += 1
         self.stats["publishes"] += 1
         for stage_key, record in (entries or {}).items():
-            record = jsonable(dict(record))
+            # kept as it arrived (msgpack's tuples): JSON-able where it leaves, not here
+            record = dict(record)
             record["version"] = self.version
             record["pinned"] = False
             old = self.entries.pop(stage_key, None)
@@ -223,7 +223,7 @@ class AccyCachePlugin(SchedulerPlugin):
             self.entries[stage_key] = record  # (re)inserted last: most recently published
         for variant_id, record in (variants or {}).items():
             self.variants.pop(variant_id, None)
-            record = self.variants[variant_id] = jsonable(dict(record))
+            record = self.variants[variant_id] = dict(record)
             self._latest[(str(record.get("program")), str(record.get("target")))] = variant_id
         self._enforce_state_bound()
         pinned = self._pin([to_dask_key(k) for k in keys or []])
