@@ -291,6 +291,65 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     return out
 
 
+def interleaved(workers: int, repeats: int, n: int, target: str,
+                own_scheduler: bool = True) -> dict[str, Any]:
+    """accy and the pool side by side, alternating which goes first, ``repeats`` times
+    at one worker count: a cluster and a pool, both warmed up, kept for every repeat;
+    each repeat has fresh variant sets (shapes no earlier repeat used, so nothing is
+    reused from it) and a fresh store. On a shared machine a slow spell then lands on
+    both sides, and the ratio comes per repeat, with its min / median / max."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from distributed import Client
+
+    from accy.distributed.batch import run_batch
+    from accy.distributed.local import local_cluster
+    from accy.distributed.state import unpin
+
+    warm = distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
+    reps: list[dict[str, Any]] = []
+    with local_cluster(workers, scheduler_process=own_scheduler) as cluster, \
+            Client(cluster) as client, \
+            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        client.wait_for_workers(workers)
+        run_batch(client, warm, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+        list(pool.map(pool_refresh, _items(warm)))
+        for rep in range(repeats):
+            offset = 8 * 1000 * (rep + 1)
+            sets = {"distinct": distinct_variants(n, target, first_rows=8 + offset),
+                    "shared": shared_variants(n, target, first_rows=16 + offset)}
+            row: dict[str, Any] = {"repeat": rep}
+            for name, vs in sets.items():
+                for who in (("accy", "pool") if rep % 2 == 0 else ("pool", "accy")):
+                    if who == "accy":
+                        with CpuMeter(cluster) as meter:
+                            res = run_batch(client, vs, store_url=tempfile.mkdtemp(
+                                prefix="accy-bench-store-"))
+                        assert res.report()["summary"]["ok"] == len(vs), res.report()["summary"]
+                        row[f"accy_{name}"] = round(len(vs) / res.wall_s, 2)
+                        row[f"accy_{name}_cpu_s"] = meter.figures
+                    else:
+                        t0 = time.perf_counter()
+                        list(pool.map(pool_refresh, _items(vs)))
+                        row[f"pool_{name}"] = round(len(vs) / (time.perf_counter() - t0), 2)
+                row[f"ratio_{name}"] = round(row[f"accy_{name}"] / row[f"pool_{name}"], 2)
+            reps.append(row)
+            print(f"workers={workers} repeat {rep}: " + ", ".join(
+                f"{k} accy {row[f'accy_{k}']}/s pool {row[f'pool_{k}']}/s ratio "
+                f"{row[f'ratio_{k}']}" for k in sets), file=sys.stderr, flush=True)
+        unpin(client)
+
+    def spread(key: str) -> list[float]:
+        xs = sorted(r[key] for r in reps)
+        return [xs[0], round(statistics.median(xs), 2), xs[-1]]
+
+    return {"workers": workers, "variants": n, "repeats": reps,
+            "min_median_max": {k: spread(k) for k in
+                               ("ratio_distinct", "ratio_shared", "accy_distinct",
+                                "pool_distinct", "accy_shared", "pool_shared")}}
+
+
 def big_in_child(workers: int, target: str, limit: int | None = None,
                  scheduler_process: bool = True) -> dict[str, Any]:
     """The big sweep as ``accy batch`` runs it: a fresh process (the client), a fresh
@@ -424,6 +483,10 @@ def main() -> None:
     ap.add_argument("--compare-scheduler", action="store_true",
                     help="also measure accy with the scheduler on the client's event loop "
                          "(distinct and shared sets, and the big sweep)")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="interleave accy and the pool this many times per worker count "
+                         "(fresh variants and store each time) and report min/median/max "
+                         "of the ratios, instead of one pass each")
     ap.add_argument("--profile", default=None, metavar="DIR")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
@@ -436,7 +499,13 @@ def main() -> None:
             "shared": shared_variants(args.shared or args.variants, tgt)}
     out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
                            "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
-    for w in args.workers:
+    for w in args.workers if args.repeats else []:
+        out.setdefault("interleaved", []).append(
+            interleaved(w, args.repeats, args.variants, tgt, own))
+        print(f"workers={w}: min/median/max {out['interleaved'][-1]['min_median_max']}",
+              file=sys.stderr, flush=True)
+        _write(out, args.output)
+    for w in [] if args.repeats else args.workers:
         # warm-up: other shapes, one round per process
         warm = distinct_variants(len(PROGRAMS) * w, tgt, first_rows=4)
         r: dict[str, Any] = {"workers": w, "variants": {k: len(v) for k, v in sets.items()}}

@@ -530,13 +530,21 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
 
     Task specs are pickled by Dask, and products refuse pickling: the module
     enters the graph as scattered data instead of a literal argument. It is
-    replicated to every worker, so losing one worker loses no program.
+    replicated to :data:`SCATTER_REPLICAS` workers, so losing one worker loses
+    no program (see :func:`scatter_modules`).
     """
     return scatter_modules(client, [module])[module.fingerprint()]
 
 
 def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any]:
-    """Several programs in one scatter (one round trip): fingerprint → future."""
+    """Several programs in one scatter (one round trip): fingerprint → future.
+
+    Each program goes to :data:`SCATTER_REPLICAS` workers, not to all: Dask's
+    ``broadcast=True`` replicates in rounds, 0.34 s of a 2-s batch at 15 workers
+    on the GPU machine before any task could start (0.13 s against 0.03 s for
+    three copies, 15 workers here). Any other worker fetches a program when its
+    first task needs it, and keeps the copy (Dask counts it as a replica).
+    """
     import uuid
 
     # A fresh key each time: re-scattering a key the scheduler is still
@@ -548,7 +556,7 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
     for attempt in range(SCATTER_TRIES):
         _some_worker(client)
         try:  # a worker dying mid-scatter must not hang the batch: bounded, tried again
-            futures = client.scatter(data, hash=False, broadcast=True,
+            futures = client.scatter(data, hash=False, broadcast=SCATTER_REPLICAS,
                                      timeout=SCATTER_TIMEOUT_S)
             break
         except (TimeoutError, OSError) as e:
@@ -572,6 +580,9 @@ def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
 
 
+SCATTER_REPLICAS = 3
+"""Workers that receive each program of a batch as it is scattered (fewer if the
+cluster has fewer)."""
 SCATTER_TIMEOUT_S = 60
 SCATTER_TRIES = 3
 """A scatter to every worker is bounded in time and tried again twice (after 2 s, 4 s)."""
