@@ -157,6 +157,20 @@ def _store_instance(url: str, max_bytes: int) -> Any:
     return ArtifactStore(url, max_bytes)
 
 
+def _materialized(product: Product, stage_name: str) -> Product:
+    """``product`` with its module decoded (a deferred read-back is verified here);
+    a stored product that turns out broken is a lost input: the entry is gone and the
+    variant is refreshed again (:class:`InputLost`), never a failure."""
+    from accy.preparation.products import StoredProductBroken
+
+    try:
+        product.module  # noqa: B018 - decodes a deferred product
+    except StoredProductBroken as e:
+        raise InputLost(f"{e}; refresh again to recompute it", stage_name, stage_name) \
+            from None
+    return product
+
+
 def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
     """The product a task reads: a held result, scattered data, or (when the
     result it was resolved to is no longer held) the store's copy, admitted for
@@ -171,7 +185,7 @@ def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
         _, producer, fields = prev
         from accy.preparation.keys import StageKey
 
-        result, why = read_stage_result(store, StageKey(producer, fields))
+        result, why = read_stage_result(store, StageKey(producer, fields), deferred=True)
         if result is None:
             raise InputLost(f"the {fields.get('stage')} product {producer[:12]} the "
                               f"{stage_name} stage needs is neither held nor stored ({why}); "
@@ -354,10 +368,12 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
     preq = req.preparation_request()
     key = content_key(stage_name, product.fingerprint(), preq.options, preq.shapes)
     t0 = time.perf_counter_ns()
-    stored, _ = read_stage_result(store, key)
+    # deferred: a result read back only to key the next stage is never decoded
+    stored, _ = read_stage_result(store, key, deferred=True)
     if stored is not None:
         stored.elapsed_ns = time.perf_counter_ns() - t0
         return stored
+    _materialized(product, stage_name)
     try:
         result = s.run(product, preq, key)
     except PassFailedError as e:
@@ -382,7 +398,7 @@ def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> A
     )
 
     store = _store(store_url)
-    job = _input_product(prev, store, "compile")
+    job = _materialized(_input_product(prev, store, "compile"), "compile")
     key = compile_key(job)  # type: ignore[arg-type]
     t0 = time.perf_counter_ns()
     stored, _ = read_back(store, key.hex, "fragment", CompiledFragment.from_wire,

@@ -43,11 +43,14 @@ T = TypeVar("T")
 
 
 def check_stage_result(result: StageResult, key: StageKey) -> str | None:
-    """Why ``result`` may not be reused under ``key`` (None: it may)."""
+    """Why ``result`` may not be reused under ``key`` (None: it may). A deferred
+    product is verified when it is first used (see :func:`read_stage_result`)."""
     if result.key.hex != key.hex:
         return f"entry was made for key {result.key.hex[:12]}, not {key.hex[:12]}"
     if result.stage != key.fields.get("stage"):
         return f"entry holds a {result.stage} result, not {key.fields.get('stage')}"
+    if result.product.deferred:
+        return None
     try:
         result.product.verify()
     except AccyError as e:
@@ -81,13 +84,24 @@ def read_back(store: Any, key_hex: str, kind: str, decode: Callable[[bytes], T],
     return value, None
 
 
-def read_stage_result(store: Any, key: StageKey) -> tuple[StageResult | None, str | None]:
-    """A stage result from the store, admitted for ``key`` (its origin set to ``store``)."""
+def read_stage_result(store: Any, key: StageKey, deferred: bool = False) \
+        -> tuple[StageResult | None, str | None]:
+    """A stage result from the store, admitted for ``key`` (its origin set to ``store``).
+
+    ``deferred``: the product's module is decoded and verified only when something
+    uses it (a chain that reads several stages back in a row keys each next stage by
+    the stored fingerprint alone); if it then fails, the entry is dropped and
+    :class:`~accy.preparation.products.StoredProductBroken` raised — the caller
+    treats it as a lost input and recomputes.
+    """
     def check(r: StageResult) -> str | None:
         return check_stage_result(r, key)
 
-    result, why = read_back(store, key.hex, str(key.fields.get("stage")), StageResult.from_wire,
-                            check)
+    def decode(data: bytes) -> StageResult:
+        return StageResult.from_wire(data, (lambda: _drop(store, key.hex)) if deferred
+                                     else False)
+
+    result, why = read_back(store, key.hex, str(key.fields.get("stage")), decode, check)
     if result is not None:
         result.origin = "store"
     return result, why

@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import msgpack
@@ -27,7 +28,7 @@ from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.printer import print_op
 from accy.choir.verifier import verify
 from accy.choir.wire import decode, encode, fingerprint
-from accy.errors import VerifyError, WireFormatError
+from accy.errors import AccyError, VerifyError, WireFormatError
 
 PRODUCT_MAGIC = b"accy-product"
 PRODUCTS: dict[str, type[Product]] = {}
@@ -46,9 +47,41 @@ class Product:
     def __init__(self, module: ModuleOp, meta: dict[str, Any] | None = None) -> None:
         if not isinstance(module, ModuleOp):
             raise VerifyError(f"a {type(self).__name__} needs a 'builtin.module'")
-        self.module = module
+        self._module: ModuleOp | None = module
+        self._encoded: bytes | None = None
+        self._broken: Callable[[], None] | None = None
         self.meta: dict[str, Any] = dict(meta or {})
         self._fingerprint: str | None = None
+
+    @property
+    def module(self) -> ModuleOp:
+        """The choir module (a deferred product decodes and verifies it here, once)."""
+        if self._module is None:
+            self._materialize()
+        assert self._module is not None
+        return self._module
+
+    @property
+    def deferred(self) -> bool:
+        """Read back without decoding its module yet (see :meth:`from_wire`)."""
+        return self._module is None
+
+    def _materialize(self) -> None:
+        assert self._encoded is not None
+        try:
+            module = decode(self._encoded)
+            if not isinstance(module, ModuleOp):
+                raise WireFormatError("a product must hold a 'builtin.module'")
+            self._module = module
+            self.verify()
+        except AccyError as e:
+            self._module = None
+            if self._broken is not None:
+                self._broken()  # e.g. drop the store entry it came from
+            raise StoredProductBroken(f"the stored {self.stage} product "
+                                      f"{(self._fingerprint or '')[:12]} does not decode and "
+                                      f"verify: {e}") from None
+        self._encoded = None
 
     def fingerprint(self) -> str:
         """128-bit hex hash of the module's canonical content (names and locations left out)."""
@@ -72,11 +105,19 @@ class Product:
 
     # -- wire
     def to_wire(self) -> bytes:
-        return msgpack.packb([PRODUCT_MAGIC, self.stage, self.meta, encode(self.module)],
-                             use_bin_type=True)
+        body = self._encoded if self._module is None else encode(self.module)
+        return msgpack.packb([PRODUCT_MAGIC, self.stage, self.meta, body], use_bin_type=True)
 
     @staticmethod
-    def from_wire(data: bytes) -> Product:
+    def from_wire(data: bytes, deferred: tuple[str, Callable[[], None] | None] | None = None) \
+            -> Product:
+        """The product ``to_wire`` wrote. With ``deferred=(fingerprint, on_broken)`` the
+        module is not decoded now: the product answers ``fingerprint()`` and
+        ``to_wire()`` from what it was given and decodes and verifies its module when
+        first used — a stage result read back only to key the next stage is never
+        decoded. If that fails it calls ``on_broken`` and raises
+        :class:`StoredProductBroken`. Only for entries whose key and integrity were
+        checked (the artifact store's)."""
         try:
             obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
         except Exception as e:
@@ -88,6 +129,11 @@ class Product:
         cls = PRODUCTS.get(obj[1])
         if cls is None:
             raise WireFormatError(f"unknown product stage '{obj[1]}'")
+        if deferred is not None:
+            p = cls.__new__(cls)
+            p._module, p._encoded, p.meta = None, obj[3], dict(obj[2])
+            p._fingerprint, p._broken = deferred
+            return p
         module = decode(obj[3])
         if not isinstance(module, ModuleOp):
             raise WireFormatError("a product must hold a 'builtin.module'")
@@ -99,6 +145,10 @@ class Product:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.fingerprint()[:12]}>"
+
+
+class StoredProductBroken(AccyError):
+    """A deferred product (read back from the store) did not decode or verify when used."""
 
 
 class SemanticModule(Product):

@@ -20,7 +20,7 @@ Example
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,18 +68,25 @@ class StageResult:
         meta = {"stage": self.stage, "key": self.key.hex, "fields": self.key.fields,
                 "elapsed_ns": self.elapsed_ns, "pass_stats": self.pass_stats,
                 "pass_ns": self.pass_ns, "plan_fingerprint": self.plan_fingerprint,
-                "origin": self.origin}
+                "origin": self.origin, "fingerprint": self.product.fingerprint()}
         return msgpack.packb([b"accy-stage-result", meta, self.product.to_wire()],
                              use_bin_type=True)
 
     @staticmethod
-    def from_wire(data: bytes) -> StageResult:
+    def from_wire(data: bytes, deferred: Callable[[], None] | None | bool = False) \
+            -> StageResult:
+        """The result ``to_wire`` wrote. ``deferred`` (True, or a callback for a product
+        that turns out broken) leaves the product's module undecoded until it is used
+        (:meth:`Product.from_wire`), when the entry states its product's fingerprint."""
         try:
             tag, meta, product = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
             if tag != b"accy-stage-result":
                 raise ValueError("tag")
+            fp = meta.get("fingerprint")
+            later = (fp, deferred if callable(deferred) else None) \
+                if deferred is not False and isinstance(fp, str) else None
             return StageResult(meta["stage"], StageKey(meta["key"], meta["fields"]),
-                               Product.from_wire(product), int(meta["elapsed_ns"]),
+                               Product.from_wire(product, later), int(meta["elapsed_ns"]),
                                meta["pass_stats"], meta["pass_ns"], meta["plan_fingerprint"],
                                meta.get("origin"))
         except WireFormatError:

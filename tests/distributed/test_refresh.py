@@ -451,6 +451,62 @@ def test_a_worker_killed_mid_refresh_never_leaves_a_partial_publish(make_cluster
 # -- 8. a corrupt store entry
 
 
+def test_a_warm_store_chain_decodes_only_what_it_compiles(make_cluster, tmp_path,
+                                                          monkeypatch):
+    """Stages read back only to key the next stage stay undecoded (their fingerprint
+    is in the entry); the compile's input is decoded, and verified, once."""
+    from accy.preparation.products import Product
+
+    variants = [softmax("host"), softmax("cuda:sm_90", 128)]
+    store = str(tmp_path / "store")
+    with make_cluster() as (_, client):
+        assert_all_ok(run_batch(client, variants, store_url=store))
+    decoded: list[str] = []
+    real = Product._materialize
+
+    def counting(self: Product) -> None:
+        decoded.append(self.stage)
+        real(self)
+
+    monkeypatch.setattr(Product, "_materialize", counting)
+    with make_cluster() as (_, client):
+        second = run_batch(client, variants, store_url=store)
+        assert_all_ok(second)
+        assert all(receipts(o)[s].source == "store" for o in second.outcomes for s in STAGES)
+    # the compile of each variant read back from the store too: nothing decoded at all
+    # for the host variant's stages but what compile keys; CUDA likewise
+    assert decoded == ["target"] * len(variants), decoded
+
+
+def test_a_stored_product_that_does_not_decode_is_recomputed(make_cluster, tmp_path):
+    """An intact entry for the right key whose product turns out broken when a stage
+    needs it: the entry is dropped and the variant refreshed again, not failed."""
+    import msgpack
+
+    variant = softmax("host")
+    store = str(tmp_path / "store")
+    with make_cluster() as (_, client):
+        first = run_batch(client, [variant], store_url=store)
+        assert_all_ok(first)
+    rc = receipts(first.outcomes[0])
+    s = ArtifactStore(store)
+    good = StageResult.from_wire(s.get(rc["contract"].key))
+    tag, meta, product = msgpack.unpackb(good.to_wire(), raw=False)
+    ptag, stage, pmeta, _ = msgpack.unpackb(product, raw=False)
+    broken = msgpack.packb([ptag, stage, pmeta, b"\x00not a module"], use_bin_type=True)
+    s.put(rc["contract"].key, msgpack.packb([tag, meta, broken], use_bin_type=True),
+          kind="contract")
+    s.delete(rc["tensor"].key)  # the tensor stage must run: it needs contract's product
+    with make_cluster() as (_, client):
+        second = run_batch(client, [variant], store_url=store)
+        assert_all_ok(second)
+        got = receipts(second.outcomes[0])
+        assert not got["contract"].reused and not got["tensor"].reused
+        assert got["contract"].key == rc["contract"].key
+    again = StageResult.from_wire(ArtifactStore(store).get(rc["contract"].key))
+    again.product.verify()  # rewritten, intact
+
+
 def test_a_corrupt_store_entry_is_recomputed(make_cluster, tmp_path):
     variants = [softmax("host"), softmax("cuda:sm_90", 128)]
     store = str(tmp_path / "store")
