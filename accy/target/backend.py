@@ -26,7 +26,10 @@ Example
 
 from __future__ import annotations
 
+import functools
 import importlib
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -188,10 +191,30 @@ def backend_of(target: str) -> Backend:
     return backend_for(kind, arch or None)
 
 
+@functools.cache
 def local_cuda_arch() -> str | None:
-    """The local GPU's ``sm_XX``, or None (imports CuPy: only ``--target cuda`` asks)."""
-    arch: str | None = importlib.import_module(Backend.compiler_module).local_arch()
-    return arch
+    """The local GPU's ``sm_XX``, or None (only ``--target cuda`` asks).
+
+    Asked of CuPy here when this process has loaded it already; otherwise in a
+    child process, so that a process that only names the target (the client of
+    ``accy batch`` over a sweep with ``targets: [cuda]``) never loads CuPy or
+    creates a CUDA context — a few hundred MB of its RSS — for the question.
+    """
+    if "cupy" in sys.modules:
+        arch: str | None = importlib.import_module(Backend.compiler_module).local_arch()
+        return arch
+    probe = ("from accy.executable.device import local_arch; "
+             "print('accy-arch', local_arch() or '')")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("accy-arch"):
+            found = line.split()[1:]
+            return found[0] if found and found[0].startswith("sm_") else None
+    return None
 
 
 __all__ = ["Backend", "HostBackend", "CudaBackend", "HOST", "backend_for", "backend_of",
