@@ -17,9 +17,13 @@ Then:
 - **no permanent failure**: a follow-up batch of the same variants, once the
   workers are back, has every variant ok.
 
+With ``--concurrent`` every other trial has a second client of the same
+scheduler batch an overlapping sweep (half the trial's variants and two of its
+own) while the worker dies; both batches are held to the same invariants.
+
 Usage::
 
-    PYTHONPATH=. python3 benchmarks/faults.py [--trials 50] [--seed 0]
+    PYTHONPATH=. python3 benchmarks/faults.py [--trials 50] [--seed 0] [--concurrent]
 
 prints ``{"trials": N, "hangs": …, "partial_publishes": …, "wrong": …,
 "permanent_failures": …, "faulted_failures": …, "moments": {...}, "seconds": …}``
@@ -133,8 +137,16 @@ def _kill(pids: dict[str, int], address: str) -> None:
         os.kill(pids[address], signal.SIGKILL)
 
 
+def overlapping_variants(trial: int) -> list[Any]:
+    """A second client's sweep: every other variant of the trial's, and two of its own."""
+    return trial_variants(trial)[::2] + trial_variants(10_000 + trial)[:2]
+
+
 def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Random,
-              store: str, bound: float) -> dict[str, Any]:
+              store: str, bound: float, other: Any = None) -> dict[str, Any]:
+    """One trial (see the module docstring). With ``other`` (a second client of the
+    same scheduler) that client batches an overlapping sweep at the same time: both
+    batches must end, and the published state stays consistent for both."""
     from accy.distributed.batch import run_batch
     from accy.distributed.state import fetch_state
 
@@ -142,16 +154,21 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
     degraded = _workers_back(client, cluster)
     pids = client.run(os.getpid)
     box: dict[str, Any] = {}
+    other_box: dict[str, Any] = {}
 
-    def batch() -> None:
+    def batch(c: Any, vs: list[Any], into: dict[str, Any]) -> None:
         try:
-            box["result"] = run_batch(client, variants, store_url=store)
+            into["result"] = run_batch(c, vs, store_url=store)
         except BaseException as e:  # noqa: BLE001 — recorded: an error is a finding
-            box["error"] = e
+            into["error"] = e
 
-    thread = threading.Thread(target=batch, daemon=True)
+    thread = threading.Thread(target=batch, args=(client, variants, box), daemon=True)
+    second = threading.Thread(target=batch, args=(other, overlapping_variants(trial),
+                                                  other_box), daemon=True)
     start = time.monotonic()
     thread.start()
+    if other is not None:
+        second.start()
     kills = 0
     if moment in ("scatter", "twice"):
         _kill(pids, rng.choice(sorted(pids)))
@@ -171,20 +188,24 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
         _kill(pids, rng.choice(sorted(pids)))
         kills += 1
     thread.join(bound)
-    hung = thread.is_alive()
+    if other is not None:
+        second.join(max(1.0, bound - (time.monotonic() - start)))
+    hung = thread.is_alive() or second.is_alive()
     out: dict[str, Any] = {"trial": trial, "moment": moment, "kills": kills, "hung": hung,
-                           "seconds": round(time.monotonic() - start, 2)}
+                           "seconds": round(time.monotonic() - start, 2),
+                           "clients": 2 if other is not None else 1}
     if hung:
         import faulthandler
 
         faulthandler.dump_traceback(all_threads=True)  # where the batch waits
         out["workers"] = len(cluster.scheduler.workers)
         return out
-    if "error" in box:
-        out["error"] = f"{type(box['error']).__name__}: {box['error']}"
-    result = box.get("result")
-    if result is not None:
-        failed = [o for o in result.outcomes if o.status != "ok"]
+    errors = [b["error"] for b in (box, other_box) if "error" in b]
+    if errors:
+        out["error"] = f"{type(errors[0]).__name__}: {errors[0]}"
+    results = [b["result"] for b in (box, other_box) if b.get("result") is not None]
+    if results:
+        failed = [o for r in results for o in r.outcomes if o.status != "ok"]
         out["faulted_failures"] = len(failed)
         out["unexplained"] = sum(1 for o in failed if not (o.failure or {}).get("message"))
         if failed:
@@ -194,13 +215,14 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
         out["kills"] += 1
     out["partial"] = published_consistently(fetch_state(client))
     out["degraded"] = degraded or _workers_back(client, cluster)
-    follow = run_batch(client, variants, store_url=store)
+    checked = variants + (overlapping_variants(trial)[-2:] if other is not None else [])
+    follow = run_batch(client, checked, store_url=store)
     out["permanent"] = [o.id for o in follow.outcomes if o.status != "ok"]
     if out["permanent"]:
         first = next(o for o in follow.outcomes if o.status != "ok")
         out["permanent_failure"] = str((first.failure or {}).get("message"))[:300]
     wrong = []
-    for v, o in zip(variants, follow.outcomes):
+    for v, o in zip(checked, follow.outcomes):
         if o.status == "ok":
             got = {r.stage: _hex(r.key) for r in o.receipts if r.key is not None}
             want = local_keys(v)
@@ -217,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bound", type=float, default=120.0, help="seconds before a hang")
     ap.add_argument("--moments", default=",".join(MOMENTS),
                     help="the kill moments to cycle through (comma-separated)")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="every other trial, a second client batches an overlapping sweep "
+                         "at the same time")
     args = ap.parse_args(argv)
 
     import logging
@@ -237,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, \
             LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
                          dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
-            Client(cluster) as client:
+            Client(cluster) as client, Client(cluster) as other:
         moments = args.moments.split(",")
         for t in range(args.trials):
             moment = moments[t % len(moments)]
             trials.append(run_trial(cluster, client, t, moment, rng,
-                                    os.path.join(tmp, "store"), args.bound))
+                                    os.path.join(tmp, "store"), args.bound,
+                                    other if args.concurrent and t % 2 else None))
             print(json.dumps(trials[-1]), file=sys.stderr, flush=True)
             if trials[-1]["hung"]:
                 break
@@ -260,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         "degraded_trials": sum(1 for t in trials if t.get("degraded")),
         "unexplained_failures": sum(t.get("unexplained", 0) for t in trials),
         "moments": {m: sum(1 for t in trials if t["moment"] == m) for m in MOMENTS},
+        "two_client_trials": sum(1 for t in trials if t.get("clients") == 2),
         "slowest_trial_s": max((t["seconds"] for t in trials), default=0),
         "seconds": round(time.monotonic() - start, 1),
     }

@@ -47,3 +47,22 @@ def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path):
             assert "error" not in out, out
             assert out["partial"] == [] and out["wrong"] == [] and out["permanent"] == [], out
             assert out["faulted_failures"] == 0, out
+
+
+def test_two_clients_on_overlapping_sweeps_survive_a_worker_killed_mid_graph(tmp_path):
+    """A second client batches an overlapping sweep while a busy worker is killed: both
+    batches end, nothing is published half, the follow-up (both sweeps' variants) is
+    all ok with the keys of a fault-free refresh."""
+    faults = _faults()
+    rng = random.Random(11)
+    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                      dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
+            Client(cluster) as client, Client(cluster) as other:
+        for t, moment in enumerate(("busy", "random")):
+            out = faults.run_trial(cluster, client, 100 + t, moment, rng,
+                                   os.path.join(tmp_path, "store"), bound=90, other=other)
+            assert out["clients"] == 2 and out["kills"] >= 1, out
+            assert not out["hung"], out
+            assert "error" not in out, out
+            assert out["partial"] == [] and out["wrong"] == [] and out["permanent"] == [], out
+            assert out["faulted_failures"] == 0, out
