@@ -136,12 +136,17 @@ def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> d
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(pool_refresh, _items(warm)))
         for name, vs in sets.items():
-            t0 = time.perf_counter()
-            compiles = list(pool.map(pool_refresh, _items(vs)))
-            wall = time.perf_counter() - t0
+            wall, compiles = pool_pass(pool, vs)
             out[name] = {"wall_s": round(wall, 3), "variants_per_s": round(len(vs) / wall, 2),
                          "compile_ms": round(statistics.mean(compiles) / 1e6, 2)}
     return out
+
+
+def pool_pass(pool: Any, vs: list[Any]) -> tuple[float, list[int]]:
+    """The variants through the pool: (wall seconds, each variant's compile ns)."""
+    t0 = time.perf_counter()
+    compiles = list(pool.map(pool_refresh, _items(vs)))
+    return time.perf_counter() - t0, compiles
 
 
 # ------------------------------------------------------------------ accy
@@ -231,6 +236,16 @@ class CpuMeter:
         self.figures = out
 
 
+def metered_batch(client: Any, cluster: Any, vs: list[Any], store: str) \
+        -> tuple[Any, dict[str, Any]]:
+    """One accy batch and the CPU it took (:class:`CpuMeter`'s figures)."""
+    from accy.distributed.batch import run_batch
+
+    with CpuMeter(cluster) as meter:
+        result = run_batch(client, vs, store_url=store)
+    return result, meter.figures
+
+
 def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
                  profile: str | None, scheduler_process: bool = True,
                  extras: bool = True) -> dict[str, Any]:
@@ -250,8 +265,7 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
         store = tempfile.mkdtemp(prefix="accy-bench-store-")
         run_batch(client, warm, store_url=store)
         for name, vs in sets.items():
-            with CpuMeter(cluster) as meter:
-                result = run_batch(client, vs, store_url=store)
+            result, cpu = metered_batch(client, cluster, vs, store)
             rep = result.report()
             ran: dict[str, list[int]] = {}
             for o in result.outcomes:
@@ -264,7 +278,7 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
                          "variants_per_s": round(len(vs) / result.wall_s, 2),
                          "ok": rep["summary"]["ok"], "stage_runs": rep["summary"]["stage_runs"],
                          "reuses": rep["summary"]["reuses"],
-                         "distinct_tasks": result.distinct_tasks, "cpu_s": meter.figures}
+                         "distinct_tasks": result.distinct_tasks, "cpu_s": cpu}
         if not extras:
             unpin(client)
             return out
@@ -324,16 +338,13 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
             for name, vs in sets.items():
                 for who in (("accy", "pool") if rep % 2 == 0 else ("pool", "accy")):
                     if who == "accy":
-                        with CpuMeter(cluster) as meter:
-                            res = run_batch(client, vs, store_url=tempfile.mkdtemp(
-                                prefix="accy-bench-store-"))
+                        res, cpu = metered_batch(client, cluster, vs, tempfile.mkdtemp(
+                            prefix="accy-bench-store-"))
                         assert res.report()["summary"]["ok"] == len(vs), res.report()["summary"]
                         row[f"accy_{name}"] = round(len(vs) / res.wall_s, 2)
-                        row[f"accy_{name}_cpu_s"] = meter.figures
+                        row[f"accy_{name}_cpu_s"] = cpu
                     else:
-                        t0 = time.perf_counter()
-                        list(pool.map(pool_refresh, _items(vs)))
-                        row[f"pool_{name}"] = round(len(vs) / (time.perf_counter() - t0), 2)
+                        row[f"pool_{name}"] = round(len(vs) / pool_pass(pool, vs)[0], 2)
                 row[f"ratio_{name}"] = round(row[f"accy_{name}"] / row[f"pool_{name}"], 2)
             reps.append(row)
             print(f"workers={workers} repeat {rep}: " + ", ".join(
@@ -400,7 +411,6 @@ def _big(client: Any, vs: list[Any], store: str, cluster: Any) -> dict[str, Any]
 
     import psutil
 
-    from accy.distributed.batch import run_batch
 
     proc = psutil.Process()
     spid = getattr(cluster.scheduler, "pid", None)
@@ -418,14 +428,13 @@ def _big(client: Any, vs: list[Any], store: str, cluster: Any) -> dict[str, Any]
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
-        with CpuMeter(cluster) as meter:
-            result = run_batch(client, vs, store_url=store)
+        result, cpu = metered_batch(client, cluster, vs, store)
     finally:
         stop.set()
         t.join()
     rep = result.report()["summary"]
     return {"variants": len(vs), "ok": rep["ok"], "wall_s": round(result.wall_s, 2),
-            "cpu_s": meter.figures, "scheduler_in_own_process": sched is not None,
+            "cpu_s": cpu, "scheduler_in_own_process": sched is not None,
             "scheduler_peak_rss_mb": round(peak[1] / 2**20) if sched else None,
             "variants_per_s": round(len(vs) / result.wall_s, 1),
             "stage_runs": rep["stage_runs"], "reuses": rep["reuses"],

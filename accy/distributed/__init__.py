@@ -28,7 +28,6 @@ Example
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import time
@@ -116,20 +115,14 @@ def default_workers() -> int:
     return max(2, (os.cpu_count() or 2) - 1)
 
 
-@functools.cache
 def gpu_visible() -> bool:
-    """Whether CuPy sees a GPU, asked in a child process: the client of a batch never
-    loads CuPy or creates a CUDA context (a few hundred MB of its RSS) for the question."""
-    import subprocess
-    import sys
+    """Whether CuPy sees a GPU. Asked as :func:`accy.target.backend.local_cuda_arch`
+    asks (in a child process unless CuPy is loaded here, once per process): the
+    client of a batch never loads CuPy or creates a CUDA context for the question,
+    and a batch over ``targets: [cuda]`` asks only once."""
+    from accy.target.backend import local_cuda_arch
 
-    probe = "from accy.executable.device import gpu_available; print(int(gpu_available()))"
-    try:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                             timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.stdout.strip().endswith("1")
+    return local_cuda_arch() is not None
 
 
 def batch_cluster_config() -> dict[str, Any]:

@@ -589,7 +589,6 @@ def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
     then until the cluster has a worker again (a nanny restarts it), at most
     ``timeout``; what is retried next fails with its own message if none came."""
     import contextlib
-    import time
 
     time.sleep(settle)
     with contextlib.suppress(Exception):
@@ -601,7 +600,7 @@ SCATTER_REPLICAS = 3
 cluster has fewer)."""
 SCATTER_TIMEOUT_S = 60
 SCATTER_TRIES = 3
-"""A scatter to every worker is bounded in time and tried again twice (after 2 s, 4 s)."""
+"""The programs' scatter is bounded in time and tried again twice (after 2 s, 4 s)."""
 NO_WORKERS_WAIT_S = 30
 """How long a batch waits for a cluster that has no worker at all (all lost, none
 restarted), then ends with one error line instead of waiting on Dask without bound.

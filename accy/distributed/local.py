@@ -16,12 +16,10 @@ One builder for every local cluster accy starts (``accy batch``, ``accy tune``):
 - the scheduler and workers bind ``host`` (127.0.0.1 unless asked), accy is
   preloaded everywhere, the dashboard's routes and the batch configuration
   (:func:`accy.distributed.batch_cluster_config`) are set as the scheduler starts;
-- the scheduler runs in a process of its own (:class:`accy.distributed.scheduler_process.SchedulerProcess`), not in
-  the client's: a ``LocalCluster`` runs it on the client's event loop, where the
-  scheduler's work for every task (task-finished messages, transitions, gathers,
-  the cache plugin's publishes) and the client's (results, releases) share one
-  thread and one GIL; at 15 workers that thread, not the workers, bounded a
-  batch. In-process clusters (``processes=False``, the tests) keep it in-process.
+- the scheduler runs in a process of its own
+  (:class:`accy.distributed.scheduler_process.SchedulerProcess`), not on the
+  client's event loop; in-process clusters (``processes=False``, the tests) keep
+  it in-process.
 
 GPUs are counted without importing CuPy in this process: ``ACCY_GPUS`` (a count,
 or a comma-separated device list) if set, else ``CUDA_VISIBLE_DEVICES``, else the

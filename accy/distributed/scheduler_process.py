@@ -5,8 +5,8 @@ A ``LocalCluster`` (and a :class:`distributed.SpecCluster` given the
 scheduler's work for every task — task-finished messages, transitions, the
 gathers it serves, the cache plugin's publishes — and the client's — results,
 releases, the batch's own bookkeeping — then share one thread and one GIL. On
-the 16-core GPU machine at 15 workers that thread, not the workers, bounded a
-batch. :class:`SchedulerProcess` is a ``SpecCluster`` scheduler spec that
+the 16-core GPU machine at 15 workers, a scheduler of its own halved that
+thread's CPU per batch (``benchmarks/RESULTS.md``). :class:`SchedulerProcess` is a ``SpecCluster`` scheduler spec that
 starts the scheduler in a child process instead;
 :func:`accy.distributed.local.local_cluster` uses it for every cluster of
 worker processes.

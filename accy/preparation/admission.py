@@ -99,7 +99,7 @@ def read_stage_result(store: Any, key: StageKey, deferred: bool = False) \
 
     def decode(data: bytes) -> StageResult:
         return StageResult.from_wire(data, (lambda: _drop(store, key.hex)) if deferred
-                                     else False)
+                                     else None)
 
     result, why = read_back(store, key.hex, str(key.fields.get("stage")), decode, check)
     if result is not None:

@@ -73,18 +73,16 @@ class StageResult:
                              use_bin_type=True)
 
     @staticmethod
-    def from_wire(data: bytes, deferred: Callable[[], None] | None | bool = False) \
-            -> StageResult:
-        """The result ``to_wire`` wrote. ``deferred`` (True, or a callback for a product
-        that turns out broken) leaves the product's module undecoded until it is used
-        (:meth:`Product.from_wire`), when the entry states its product's fingerprint."""
+    def from_wire(data: bytes, on_broken: Callable[[], None] | None = None) -> StageResult:
+        """The result ``to_wire`` wrote. With ``on_broken`` the product's module stays
+        undecoded until it is used (:meth:`Product.from_wire`; ``on_broken`` is called
+        if it then fails), when the entry states its product's fingerprint."""
         try:
             tag, meta, product = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
             if tag != b"accy-stage-result":
                 raise ValueError("tag")
             fp = meta.get("fingerprint")
-            later = (fp, deferred if callable(deferred) else None) \
-                if deferred is not False and isinstance(fp, str) else None
+            later = (fp, on_broken) if on_broken is not None and isinstance(fp, str) else None
             return StageResult(meta["stage"], StageKey(meta["key"], meta["fields"]),
                                Product.from_wire(product, later), int(meta["elapsed_ns"]),
                                meta["pass_stats"], meta["pass_ns"], meta["plan_fingerprint"],
