@@ -545,9 +545,8 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
     """The program as data on the cluster (msgpack frames), keyed by its fingerprint.
 
     Task specs are pickled by Dask, and products refuse pickling: the module
-    enters the graph as scattered data instead of a literal argument. It is
-    replicated to :data:`SCATTER_REPLICAS` workers, so losing one worker loses
-    no program (see :func:`scatter_modules`).
+    enters the graph as scattered data instead of a literal argument (see
+    :func:`scatter_modules`).
     """
     return scatter_modules(client, [module])[module.fingerprint()]
 
@@ -555,11 +554,14 @@ def scatter_module(client: Any, module: SemanticModule) -> Any:
 def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any]:
     """Several programs in one scatter (one round trip): fingerprint → future.
 
-    Each program goes to :data:`SCATTER_REPLICAS` workers, not to all: Dask's
-    ``broadcast=True`` replicates in rounds, 0.34 s of a 2-s batch at 15 workers
-    on the GPU machine before any task could start (0.13 s against 0.03 s for
-    three copies, 15 workers here). Any other worker fetches a program when its
-    first task needs it, and keeps the copy (Dask counts it as a replica).
+    Each program goes to one worker; any other worker fetches it when its first
+    task needs it and keeps the copy (Dask counts it as a replica). No
+    ``broadcast``: Dask replicates in rounds — 0.34 s of a 2-s batch at 15
+    workers on the GPU machine before any task could start — outside the
+    scatter's timeout, and a worker killed meanwhile held it up for 30 s per
+    connection attempt (a two-client fault trial hung past 90 s). A program lost
+    with its only worker makes its variants' tasks lost, and the batch refreshes
+    those again (:data:`accy.distributed.batch.LOST_RETRIES`), scattering anew.
     """
     import uuid
 
@@ -572,8 +574,7 @@ def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any
     for attempt in range(SCATTER_TRIES):
         _some_worker(client)
         try:  # a worker dying mid-scatter must not hang the batch: bounded, tried again
-            futures = client.scatter(data, hash=False, broadcast=SCATTER_REPLICAS,
-                                     timeout=SCATTER_TIMEOUT_S)
+            futures = client.scatter(data, hash=False, timeout=SCATTER_TIMEOUT_S)
             break
         except (TimeoutError, OSError) as e:
             if attempt + 1 == SCATTER_TRIES:
@@ -595,9 +596,6 @@ def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
 
 
-SCATTER_REPLICAS = 3
-"""Workers that receive each program of a batch as it is scattered (fewer if the
-cluster has fewer)."""
 SCATTER_TIMEOUT_S = 60
 SCATTER_TRIES = 3
 """The programs' scatter is bounded in time and tried again twice (after 2 s, 4 s)."""
