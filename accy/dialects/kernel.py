@@ -3,8 +3,8 @@
 - ``kernel.func`` (a module-level symbol) holds one dispatch's body (``prim``
   ops over its inputs, ending in ``kernel.yield``) and the plan the kernel
   stage made for it: ``mapping`` (``grid-stride``, ``block-per-row``,
-  ``warp-per-row``, ``tiled``, ``mma-tiled`` (tensor cores), or ``loop`` on
-  the host), the block and grid
+  ``warp-per-row``, ``tiled``, ``ffma-tiled`` (register-blocked f32),
+  ``mma-tiled`` (tensor cores), or ``loop`` on the host), the block and grid
   shapes, the vector width, items per thread, which inputs are cached in
   registers, tile sizes and shared-memory bytes;
 - ``kernel.launch`` replaces the dispatch in the host function: it names the
@@ -29,8 +29,13 @@ from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
 MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "tiled",
-            "mma-tiled", "loop")
+            "ffma-tiled", "mma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
+FFMA_A_PAD = 4
+"""``ffma-tiled``: floats after each k-row of the transposed A tile in shared memory
+(the planner sizes ``shared_bytes`` with it, the renderer lays the tile out by it): the
+float4 loads of two k-chunks of 16 rows then store into 32 distinct banks, and the
+rows stay 16-byte aligned for the float4 reads."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,8 @@ class KernelPlan:
     kind: str
     """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
     mapping: str
-    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``mma-tiled`` or
-    ``loop``."""
+    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``ffma-tiled``,
+    ``mma-tiled`` or ``loop``."""
     iteration: tuple[int, ...]
     """The dispatch's iteration space."""
     block: tuple[int, ...]
@@ -80,14 +85,17 @@ class KernelPlan:
     """Parameters that share memory (in-place outputs, views): never ``restrict``."""
     tile: tuple[int, ...] = ()
     micro_tile: tuple[int, ...] = ()
-    """Matmul: block tile (m, n, k) and each thread's micro-tile (m, n)."""
+    """Matmul: block tile (m, n, k) and each thread's micro-tile (m, n). ``ffma-tiled``:
+    the micro-tile is sub-tiles of ``vector_width`` × ``vector_width`` outputs (float4
+    shared reads), spaced ``tile · vector_width / micro_tile`` apart."""
     contraction: int = 0
     """Matmul: the contracted dimension."""
     mma: str = ""
     """``mma-tiled``: the warp-level tensor-core instruction (``m16n8k16`` and its types,
     as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``)."""
     stages: int = 0
-    """``mma-tiled``: shared-memory stages of the ``cp.async`` pipeline."""
+    """``mma-tiled``: shared-memory stages of the ``cp.async`` pipeline; ``ffma-tiled``:
+    shared buffers (2: the next k-tile's loads in registers while one is multiplied)."""
     warps: tuple[int, ...] = ()
     warp_tile: tuple[int, ...] = ()
     """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n)."""

@@ -139,6 +139,19 @@ class KernelOptions:
     TFLOP/s) but took 70 % longer to compile (NVRTC unrolls the larger micro-tile
     and its epilogue): the default favours recompilation."""
 
+    ffma_tiles: bool = True
+    """f32 matmuls whose operands are plain row-major inputs of the kernel (16-byte
+    aligned) and whose shapes divide the ``ffma_tile_*`` tiles run the register-blocked
+    FFMA kernel (``ffma-tiled``: 8×8 outputs a thread, float4 loads, two shared buffers);
+    every other matmul (or all, when off) the ``tile_*`` tiles above."""
+    ffma_tile_m: int = 0
+    ffma_tile_n: int = 0
+    """``ffma-tiled`` block tile (64 or 128; a thread per 8×8 outputs: 128×128 is 256
+    threads). 0 picks by shape: 128, halved (n first, then m) while the grid would have
+    fewer than 128 blocks and the smaller tile still divides."""
+    ffma_tile_k: int = 8
+    """``ffma-tiled`` depth of each shared-memory stage (8 or 16)."""
+
     tensor_cores: bool = True
     """bf16/f16 matmuls on the tensor cores (``mma.sync`` m16n8k16, f32 accumulation)
     when the shapes divide the mma tiles and the operands are plain row-major
@@ -173,6 +186,12 @@ class KernelOptions:
         _positive("kernel.tile_k", self.tile_k, power_of_two=True, at_most=64)
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
+        for n in ("ffma_tile_m", "ffma_tile_n"):
+            if getattr(self, n) not in (0, 64, 128):
+                raise OptionError(f"kernel.{n} must be 0 (by shape), 64 or 128, got "
+                                  f"{getattr(self, n)}")
+        if self.ffma_tile_k not in (8, 16):
+            raise OptionError(f"kernel.ffma_tile_k must be 8 or 16, got {self.ffma_tile_k}")
 
     @property
     def matmul_shared_bytes(self) -> int:

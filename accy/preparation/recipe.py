@@ -87,7 +87,9 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
     return (k.PlanKernels(options.target.backend.thread_blocks, o.block_size, o.vector_width,
                           o.rows_per_block, o.tile_m, o.tile_n, o.tile_k, o.tensor_cores,
                           (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
-                          options.target.backend.sm_number),)
+                          options.target.backend.sm_number,
+                          ffma_tiles=o.ffma_tiles,
+                          ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k)),)
 
 
 def target(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accy.choir.ir import Operation, Value
-from accy.dialects.kernel import KernelFuncOp
+from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp
 from accy.target.common import (
     COMPUTE,
     LANE,
@@ -459,7 +459,148 @@ def _matmul_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[
     return ep, stores
 
 
+def _plain_store(k: KernelFuncOp, mm: Operation) -> bool:
+    """The kernel's one output is the matmul's own value (no epilogue): float4 stores."""
+    yields = list(k.body.terminator.operands)  # type: ignore[union-attr]
+    return yields == [mm.results[0]] and elem_of(mm.results[0]) == "f32"
+
+
+def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``ffma-tiled`` plan: a register-blocked f32 matmul (the SGEMM recipe).
+
+    A block computes ``tile`` m×n outputs; thread (ty, tx) owns ``micro_tile`` outputs
+    as sub-tiles of ``vector_width``² (4×4) spaced ``gap`` apart (rows ``u·gap_m +
+    4·ty + r``, columns ``u·gap_n + 4·tx + c``), so every shared read is one float4
+    and a quarter-warp reads 8 distinct float4s (B) or one (A). Each k-tile of A
+    (rows × ``tk``) and B (``tk`` × columns) is read with float4 global loads, A stored
+    transposed (``As[k][m]``, rows padded by ``FFMA_A_PAD``), B as it is (``Bs[k][n]``);
+    two shared buffers: the next k-tile's loads sit in registers while the current
+    one is multiplied, one ``__syncthreads`` a k-tile. Explicit ``fmaf`` (the fragment
+    compiles without implicit contraction). Shapes divide the tiles: no bounds checks.
+    """
+    ins, outs, params = _params(k)
+    plan = k.plan
+    tm, tn, tk = plan.tile
+    mt_m, mt_n = plan.micro_tile
+    vw = plan.vector_width
+    threads = plan.block[0]
+    assert plan.stages == 2 and vw == 4 and tk % (2 * vw) == 0
+    nx, ny = tn // mt_n, tm // mt_m            # threads along n and m
+    gap_m, gap_n = ny * vw, nx * vw            # between a thread's sub-tiles
+    lda = tm + FFMA_A_PAD
+    dims = MatmulDims.of(k)
+    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
+    pa, pb = tm * tk // (vw * threads), tk * tn // (vw * threads)  # float4 loads a thread
+    lanes = LANES[:vw]
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}, "
+             f"{max(1, 512 // threads)}) {k.sym_name}({', '.join(params)}) {{",
+             f"  __shared__ __align__(16) float As[2][{tk}][{lda}];",
+             f"  __shared__ __align__(16) float Bs[2][{tk}][{tn}];",
+             f"  const int tid = threadIdx.x, tx = tid % {nx}, ty = tid / {nx};",
+             f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
+             f" * {tn};",
+             "  const long long bz = blockIdx.z;",
+             f"  const float* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
+             f"  const float* Bg = {b_in} + bz * {k_ * n_}LL + n0;"]
+    # A float4 i: element e = tid + i·threads of the tile; pairs of k-chunks (32 bytes of
+    # a row) on consecutive rows: row ((e >> 1) % tm), chunk 2·((e >> 1) / tm) + (e & 1)
+    for i in range(pa):
+        lines += [f"  const int ae{i} = tid + {i * threads}, ar{i} = (ae{i} >> 1) % {tm}, "
+                  f"ac{i} = ((ae{i} >> 1) / {tm}) * 2 + (ae{i} & 1);",
+                  f"  const float* ap{i} = Ag + (long long)ar{i} * {k_} + ac{i} * {vw};"]
+    # B float4 i: row e / (tn / 4), chunk e % (tn / 4) of the k-tile
+    for i in range(pb):
+        lines += [f"  const int be{i} = tid + {i * threads}, br{i} = be{i} / {tn // vw}, "
+                  f"bc{i} = be{i} % {tn // vw};",
+                  f"  const float* bp{i} = Bg + (long long)br{i} * {n_} + bc{i} * {vw};"]
+
+    def load(kt: str, ind: str) -> list[str]:
+        return [*(f"{ind}la[{i}] = *reinterpret_cast<const float4*>(ap{i} + {kt} * {tk});"
+                  for i in range(pa)),
+                *(f"{ind}lb[{i}] = *reinterpret_cast<const float4*>(bp{i} + (long long)"
+                  f"{kt} * {tk * n_});" for i in range(pb))]
+
+    def store(s: str, ind: str) -> list[str]:
+        return [*(f"{ind}As[{s}][ac{i} * {vw} + {c}][ar{i}] = la[{i}].{lane};"
+                  for i in range(pa) for c, lane in enumerate(lanes)),
+                *(f"{ind}*reinterpret_cast<float4*>(&Bs[{s}][br{i}][bc{i} * {vw}]) = lb[{i}];"
+                  for i in range(pb))]
+
+    def frags(name: str, tile: str, gap: int, t: str, count: int) -> list[str]:
+        vals = [f"f{name}{u}.{lane}" for u in range(count) for lane in lanes]
+        return [*(f"      const float4 f{name}{u} = *reinterpret_cast<const float4*>("
+                  f"&{tile}[s][q][{u * gap} + {t} * {vw}]);" for u in range(count)),
+                f"      const float r{name}[{len(vals)}] = {{{', '.join(vals)}}};"]
+
+    kts = k_ // tk
+    lines += [f"  float4 la[{pa}], lb[{pb}];",
+              f"  float acc[{mt_m}][{mt_n}];",
+              "  #pragma unroll",
+              f"  for (int i = 0; i < {mt_m}; ++i) {{",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {mt_n}; ++j) acc[i][j] = 0.0f;",
+              "  }",
+              *load("0", "  "),
+              *store("0", "  "),
+              "  __syncthreads();",
+              "  #pragma unroll 1",
+              f"  for (int kt = 0; kt < {kts}; ++kt) {{",
+              "    const int s = kt & 1;",
+              f"    if (kt + 1 < {kts}) {{",
+              *load("(kt + 1)", "      "),
+              "    }",
+              "    #pragma unroll",
+              f"    for (int q = 0; q < {tk}; ++q) {{",
+              *frags("a", "As", gap_m, "ty", mt_m // vw),
+              *frags("b", "Bs", gap_n, "tx", mt_n // vw),
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {mt_m}; ++i) {{",
+              "        #pragma unroll",
+              f"        for (int j = 0; j < {mt_n}; ++j) acc[i][j] = fmaf(ra[i], rb[j], "
+              "acc[i][j]);",
+              "      }",
+              "    }",
+              f"    if (kt + 1 < {kts}) {{",
+              *store("s ^ 1", "      "),
+              "    }",
+              "    __syncthreads();",
+              "  }"]
+    # accumulator (i, j) is output (m0 + row(i), n0 + col(j))
+    row = f"(i / {vw}) * {gap_m} + ty * {vw} + i % {vw}"
+    col = f"(j / {vw}) * {gap_n} + tx * {vw} + j % {vw}"
+    if _plain_store(k, mm):
+        lines += [f"  float* Cg = {outs[0]} + bz * {m_ * n_}LL + m0 * {n_} + n0;",
+                  "  #pragma unroll",
+                  f"  for (int i = 0; i < {mt_m}; ++i) {{",
+                  f"    float* Cr = Cg + (long long)({row}) * {n_} + tx * {vw};",
+                  *(f"    *reinterpret_cast<float4*>(Cr + {u * gap_n}) = make_float4("
+                    f"{', '.join(f'acc[i][{u * vw + c}]' for c in range(vw))});"
+                    for u in range(mt_n // vw)),
+                  "  }",
+                  "}"]
+        return "\n".join(lines), b.tables
+    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
+    lines += ["  " + p for p in pre]
+    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
+    lines += ["  #pragma unroll",
+              f"  for (int i = 0; i < {mt_m}; ++i) {{",
+              f"    const long long m = m0 + {row};",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {mt_n}; ++j) {{",
+              f"      const long long n = n0 + {col};",
+              "      const float accv = acc[i][j];",
+              *("      " + s for s in ep.lines + stores),
+              "    }",
+              "  }",
+              "}"]
+    return "\n".join(lines), b.tables
+
+
 def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    if k.plan.mapping == "ffma-tiled":
+        return emit_ffma(k, fast_math)
     ins, outs, params = _params(k)
     plan = k.plan
     tm, tn, tk = plan.tile

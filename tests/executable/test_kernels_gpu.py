@@ -174,3 +174,68 @@ def test_long_reductions_split_in_two_match_the_reference() -> None:
     want = run_reference(SemanticModule.from_text(text).module, [x])
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------ f32 FFMA matmul
+
+
+def matmul_plan(sm, options=()) -> dict:  # type: ignore[no-untyped-def]
+    """The kernel stage's plan of ``sm``'s one matmul kernel (its attributes)."""
+    from accy.dialects.kernel import KernelFuncOp
+    from accy.pipeline import prepare_through
+
+    job = prepare_through(sm, "kernel", RunOptions.parse("cuda", list(options)), {}).product
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)
+            and op.plan.kind == "matmul"]
+    return {"mapping": k.plan.mapping, "tile": k.plan.tile}
+
+
+@pytest.mark.parametrize("m,n,k,batch,mapping", [
+    (128, 128, 8, (), "ffma-tiled"), (256, 384, 64, (), "ffma-tiled"),
+    (512, 512, 1024, (), "ffma-tiled"), (1024, 1024, 256, (), "ffma-tiled"),
+    (128, 256, 64, (3,), "ffma-tiled"), (64, 192, 40, (2, 3), "ffma-tiled"),
+    (1, 17, 4097, (), "tiled"), (17, 4097, 64, (), "tiled"), (129, 130, 33, (), "tiled"),
+    (4097, 128, 64, (), "tiled"), (128, 128, 12, (2,), "tiled")])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_f32_matmuls(m: int, n: int, k: int, batch, mapping: str, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
+    """f32 matmuls on the register-blocked FFMA kernel where the shapes divide its tiles
+    (plain stores or the fused bias + relu), the generic tiles where they do not."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    sm = matmul(m, n, k, "f32", batch, epilogue)
+    assert matmul_plan(sm)["mapping"] == mapping
+    rng = np.random.default_rng(m * n + k)
+    shapes = [batch + (m, k), batch + (k, n)] + ([(n,)] if epilogue else [])
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    err = run_module(sm, arrays)
+    assert err <= TOLERANCE["f32"], err
+
+
+@pytest.mark.parametrize("tiles", [(64, 64, 8), (64, 128, 8), (128, 64, 16), (128, 128, 16),
+                                   (64, 64, 16), (128, 128, 8)])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_ffma_tile_variants(tiles, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    tm, tn, tk = tiles
+    opts = [f"kernel.ffma_tile_m={tm}", f"kernel.ffma_tile_n={tn}", f"kernel.ffma_tile_k={tk}"]
+    sm = matmul(256, 384, 512, "f32", (2,), epilogue)
+    assert matmul_plan(sm, opts) == {"mapping": "ffma-tiled", "tile": tiles}
+    rng = np.random.default_rng(5)
+    shapes = [(2, 256, 512), (2, 512, 384)] + ([(384,)] if epilogue else [])
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    err = run_module(sm, arrays, opts)
+    assert err <= TOLERANCE["f32"], err
+
+
+def test_f32_mlp_block_runs_both_matmuls_on_the_ffma_kernel() -> None:
+    """The MLP block at 256 rows: x @ w1 (+ b1, gelu) reads an argument, the second
+    matmul the first's result in the arena; both on ffma-tiled."""
+    from accy.pipeline import prepare_through
+
+    sm = graph("mlp")
+    job = prepare_through(sm, "kernel", RunOptions.parse("cuda"), {0: (256, 256)}).product
+    assert job.text().count('mapping = "ffma-tiled"') == 2
+    assert run_graph("mlp", "f32", {"rows": 256, "cols": 256}) <= TOLERANCE["f32"]

@@ -16,9 +16,14 @@ plan, per kind, for CUDA:
 - matmul: bf16/f16 on the **tensor cores** (``mma-tiled``: warp-level
   ``mma.sync`` m16n8k16 with f32 accumulators, operands staged through a
   ``cp.async`` pipeline of ``stages`` swizzled shared-memory tiles and read
-  with ``ldmatrix``) when the shapes divide its tiles; otherwise **tiled**
-  through shared memory, ``tile_m × tile_n`` outputs a block, ``tile_k`` deep,
-  4×4 outputs a thread. Either applies the epilogue in registers.
+  with ``ldmatrix``) when the shapes divide its tiles; f32 with plain row-major
+  operands whose shapes divide its tiles on the register-blocked **ffma-tiled**
+  kernel (``ffma_tile_m × ffma_tile_n`` outputs a block, 8×8 a thread, float4
+  loads, A staged transposed, two shared buffers: the next tile's loads in flight
+  while the current one is multiplied); otherwise **tiled** through shared
+  memory, ``tile_m × tile_n`` outputs a block, ``tile_k`` deep, 4×4 outputs a
+  thread, operands read element by element through any fused expression. Each
+  applies the epilogue in registers.
 
 For the host target every kernel is a plain loop nest (``mapping = "loop"``).
 """
@@ -40,7 +45,7 @@ from accy.choir.builtin import FuncOp
 from accy.choir.ir import Block, Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
-from accy.dialects.kernel import KernelFuncOp, KernelYieldOp, LaunchOp
+from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelYieldOp, LaunchOp
 from accy.dialects.memory import buffer_plan
 from accy.preparation.options import KernelOptions
 from accy.preparation.passes.memory import IDENTITY_READERS
@@ -149,6 +154,47 @@ def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
     return tuple(out)
 
 
+FFMA_MIN_BLOCKS = 128
+"""``ffma-tiled`` tiles picked by shape shrink while the grid has fewer blocks than this
+(a wave: the H200 has 132 SMs)."""
+
+
+def _row_major_operands(region: RegionOp, mm: Operation) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) when both matmul operands are inputs of the kernel in plain
+    row-major layout (A ``[…, M, K]``, B ``[…, K, N]``, the result's batch dims), else None."""
+    a, b = mm.operands
+    args = list(region.body.args)
+    if a not in args or b not in args:
+        return None
+    out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
+    sa, sb = tuple(a.type.shape), tuple(b.type.shape)  # type: ignore[attr-defined]
+    if len(out) < 2:
+        return None
+    m, n, k = out[-2], out[-1], sa[-1]
+    if sa != out[:-2] + (m, k) or sb != out[:-2] + (k, n):
+        return None
+    return math.prod(out[:-2]), m, n, k
+
+
+def _ffma_tile(batch: int, m: int, n: int, want_m: int, want_n: int) \
+        -> tuple[int, int] | None:
+    """The ``ffma-tiled`` block tile (m, n): the options' (0: by shape), dividing M and N.
+
+    By shape: the first of 128×128, 128×64, 64×128, 64×64 that divides and makes a grid
+    of at least ``FFMA_MIN_BLOCKS`` blocks, else the one making the most blocks.
+    """
+    order = [(tm, tn) for tm in (128, 64) for tn in (128, 64)]
+    fits = [(tm, tn) for tm, tn in order if want_m in (0, tm) and want_n in (0, tn)
+            and m % tm == 0 and n % tn == 0]
+    if not fits:
+        return None
+
+    def blocks(t: tuple[int, int]) -> int:
+        return batch * (m // t[0]) * (n // t[1])
+
+    return next((t for t in fits if blocks(t) >= FFMA_MIN_BLOCKS), max(fits, key=blocks))
+
+
 @dataclass(frozen=True)
 class PlanKernels(Pass):
     """Turn dispatch regions into planned ``kernel.func`` + ``kernel.launch`` pairs."""
@@ -168,6 +214,10 @@ class PlanKernels(Pass):
     stages: int = KernelOptions.stages
     sm: int = 0
     """The CUDA compute capability (tensor cores need 80 or more)."""
+    ffma_tiles: bool = KernelOptions.ffma_tiles
+    ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
+                                       KernelOptions.ffma_tile_k)
+    """The ``ffma-tiled`` kernel: on or off, and its tiles (m, n: 0 picks by shape)."""
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
         n = 0
@@ -252,6 +302,9 @@ class PlanKernels(Pass):
         mma = self.mma_plan(region, mm, offsets or {})
         if mma is not None:
             return mma
+        ffma = self.ffma_plan(region, mm, offsets or {})
+        if ffma is not None:
+            return ffma
         tm, tn, tk = self.tile_m, self.tile_n, self.tile_k
         # 16×16 threads a block; each computes a (tile_m/16)×(tile_n/16) micro-tile
         mt_m, mt_n = max(1, tm // 16), max(1, tn // 16)
@@ -304,6 +357,37 @@ class PlanKernels(Pass):
                 "tile": (tm, tn, tk), "warps": warps, "warp_tile": (wm, wn),
                 "stages": self.stages, "swizzle": swizzle,
                 "mma": f"m16n8k16.row.col.f32.{kind}.{kind}.f32"}
+
+    def ffma_plan(self, region: RegionOp, mm: Operation, offsets: dict[int, int]) \
+            -> dict[str, object] | None:
+        """The register-blocked FFMA plan of an f32 matmul, or None (the generic tiles then).
+
+        Needs both operands plain row-major f32 inputs of the kernel (A ``[…, M, K]``,
+        B ``[…, K, N]``, batch dims equal to the result's), M and N dividing a tile,
+        K dividing ``ffma_tile_k``, and 16-byte aligned buffers (float4 loads). Each
+        of the ``tile_m·tile_n/64`` threads owns 8×8 outputs, 2×2 sub-tiles of 4×4
+        half a tile apart (float4 shared reads); ``stages`` = 2 shared buffers.
+        """
+        if not self.ffma_tiles:
+            return None
+        dims = _row_major_operands(region, mm)
+        tk = self.ffma_tile[2]
+        if dims is None or not _vector_aligned(region, offsets, 4):
+            return None
+        batch, m, n, k = dims
+        types = [v.type for v in (*mm.operands, mm.results[0])]
+        if any(not isinstance(t, TensorType) or t.element.name != "f32" for t in types):
+            return None
+        if min(batch, m, n, k) == 0 or k % tk:
+            return None
+        tile = _ffma_tile(batch, m, n, self.ffma_tile[0], self.ffma_tile[1])
+        if tile is None:
+            return None
+        tm, tn = tile
+        return {"mapping": "ffma-tiled", "block": (tm * tn // 64, 1, 1),
+                "grid": (n // tn, m // tm, batch), "vector_width": 4,
+                "shared_bytes": 2 * tk * ((tm + FFMA_A_PAD) + tn) * 4,
+                "tile": (tm, tn, tk), "micro_tile": (8, 8), "stages": 2}
 
     @staticmethod
     def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:
