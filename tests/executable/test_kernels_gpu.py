@@ -143,39 +143,6 @@ def test_half_mlp_block(element: str) -> None:
     assert run_graph("mlp", element, {"rows": 256, "cols": 256}) <= TOLERANCE[element]
 
 
-@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("cols", [16384, 20001])
-def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> None:
-    """softmax over axis 0 of 64 × many columns: the thread-per-row mapping (each thread
-    walks one column; a warp reads 32 neighbouring addresses), ragged grids included."""
-    from accy.pipeline import prepare_through
-
-    sm = graph("softmax_axis0", element if element != "f32" else None)
-    job = prepare_through(sm, "kernel", RunOptions.parse("cuda"), {0: (64, cols)}).product
-    assert "thread-per-row" in job.text()
-    assert run_graph("softmax_axis0", element, {"rows": 64, "cols": cols}) <= \
-        TOLERANCE[element] * (1 if element != "f32" else 5)
-
-
-def test_long_reductions_split_in_two_match_the_reference() -> None:
-    """graphs/reductions.mlir at 8192 × 4096: the column max and the sum of everything
-    are split (split-reductions); every output matches the reference."""
-    from accy.preparation.products import SemanticModule
-
-    text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
-    for old, new in (("64x128", "8192x4096"), ("tensor<64x", "tensor<8192x"),
-                     ("1x128", "1x4096")):
-        text = text.replace(old, new)
-    sm = SemanticModule.from_text(text)
-    x = np.random.default_rng(3).standard_normal((8192, 4096)).astype(np.float32)
-    update = FragmentCompilerCache().refresh_from_semantic_module(
-        sm, PreparationRequest(options=RunOptions.parse("cuda")))
-    got = update.fragment(x)
-    want = run_reference(SemanticModule.from_text(text).module, [x])
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
-
-
 # ------------------------------------------------------------ f32 FFMA matmul
 
 
@@ -239,3 +206,58 @@ def test_f32_mlp_block_runs_both_matmuls_on_the_ffma_kernel() -> None:
     job = prepare_through(sm, "kernel", RunOptions.parse("cuda"), {0: (256, 256)}).product
     assert job.text().count('mapping = "ffma-tiled"') == 2
     assert run_graph("mlp", "f32", {"rows": 256, "cols": 256}) <= TOLERANCE["f32"]
+
+
+def test_an_unaligned_arena_operand_runs_the_generic_tiles() -> None:
+    """A matmul reading an intermediate at arena byte 12 (memory.alignment=4) runs the
+    generic tiles, at byte 16 the FFMA kernel: both match the reference."""
+    from stage_programs import program
+
+    sm = program(["tensor<3xf32>", "tensor<128x64xf32>", "tensor<64x128xf32>"],
+                 ["tensor<128x128xf32>", "tensor<3xf32>"], """\
+    %0 = "semantic.exp"(%a0) : (tensor<3xf32>) -> tensor<3xf32>
+    %1 = "semantic.exp"(%a1) : (tensor<128x64xf32>) -> tensor<128x64xf32>
+    %2 = "semantic.matmul"(%1, %a2) : (tensor<128x64xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
+    %3 = "semantic.add"(%0, %0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    "func.return"(%2, %3) : (tensor<128x128xf32>, tensor<3xf32>) -> ()""")
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(3,), (128, 64), (64, 128)]]
+    for alignment, mapping in ((4, "tiled"), (16, "ffma-tiled")):
+        opts = ["dispatch.fuse=false", f"memory.alignment={alignment}"]
+        assert matmul_plan(sm, opts)["mapping"] == mapping
+        assert run_module(sm, arrays, opts) <= TOLERANCE["f32"]
+
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("cols", [16384, 20001])
+def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> None:
+    """softmax over axis 0 of 64 × many columns: the thread-per-row mapping (each thread
+    walks one column; a warp reads 32 neighbouring addresses), ragged grids included."""
+    from accy.pipeline import prepare_through
+
+    sm = graph("softmax_axis0", element if element != "f32" else None)
+    job = prepare_through(sm, "kernel", RunOptions.parse("cuda"), {0: (64, cols)}).product
+    assert "thread-per-row" in job.text()
+    assert run_graph("softmax_axis0", element, {"rows": 64, "cols": cols}) <= \
+        TOLERANCE[element] * (1 if element != "f32" else 5)
+
+
+def test_long_reductions_split_in_two_match_the_reference() -> None:
+    """graphs/reductions.mlir at 8192 × 4096: the column max and the sum of everything
+    are split (split-reductions); every output matches the reference."""
+    from accy.preparation.products import SemanticModule
+
+    text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
+    for old, new in (("64x128", "8192x4096"), ("tensor<64x", "tensor<8192x"),
+                     ("1x128", "1x4096")):
+        text = text.replace(old, new)
+    sm = SemanticModule.from_text(text)
+    x = np.random.default_rng(3).standard_normal((8192, 4096)).astype(np.float32)
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse("cuda")))
+    got = update.fragment(x)
+    want = run_reference(SemanticModule.from_text(text).module, [x])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-4)
+

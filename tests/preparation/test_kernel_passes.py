@@ -216,6 +216,118 @@ def test_batched_matmul_puts_the_batch_on_the_grid():
     assert soft["mapping"] == "warp-per-row" and soft["rows"] == 3 * 128
 
 
+# ------------------------------------------------------------ f32 FFMA matmul
+
+
+def f32_matmul(m: int, n: int, k: int, batch: tuple[int, ...] = (),
+               element: str = "f32") -> SemanticModule:
+    pre = "".join(f"{d}x" for d in batch)
+    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
+               f"tensor<{pre}{m}x{n}x{element}>")
+    return program([a, b], [c], f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
+                                f'    "func.return"(%0) : ({c}) -> ()')
+
+
+def test_an_f32_matmul_of_plain_inputs_runs_the_ffma_kernel():
+    (p,) = plans(kernel(f32_matmul(4096, 4096, 4096)))
+    assert p["mapping"] == "ffma-tiled"
+    assert p["tile"] == (128, 128, 8) and p["micro_tile"] == (8, 8) and p["stages"] == 2
+    assert p["block"] == (256, 1, 1) and p["grid"] == (32, 32, 1)
+    assert p["vector_width"] == 4
+    assert p["shared_bytes"] == 2 * 8 * ((128 + 4) + 128) * 4
+    assert "mma" not in p and "warps" not in p
+
+
+@pytest.mark.parametrize("shape,batch,tile", [
+    ((2048, 2048, 2048), (), (128, 128)),   # 256 blocks
+    ((1024, 1024, 1024), (), (128, 64)),    # 64 blocks at 128×128: n halves
+    ((1024, 1024, 1024), (8,), (128, 128)),  # the batch fills the grid
+    ((512, 512, 512), (), (64, 64)),        # never 128 blocks: the most
+    ((192, 8192, 64), (), (64, 128)),       # 128 does not divide M
+    ((8192, 192, 64), (), (128, 64)),       # nor N
+    ((64, 64, 8), (), (64, 64)),
+])
+def test_ffma_tiles_by_shape(shape, batch, tile):
+    m, n, k = shape
+    (p,) = plans(kernel(f32_matmul(m, n, k, batch)))
+    assert p["mapping"] == "ffma-tiled" and p["tile"][:2] == tile
+    assert p["grid"] == (n // tile[1], m // tile[0], math.prod(batch))
+    assert p["block"] == (tile[0] * tile[1] // 64, 1, 1)
+
+
+def test_ffma_tiles_are_options():
+    opts = ["kernel.ffma_tile_m=64", "kernel.ffma_tile_n=128", "kernel.ffma_tile_k=16"]
+    (p,) = plans(kernel(f32_matmul(4096, 4096, 4096), opts=opts))
+    assert p["mapping"] == "ffma-tiled" and p["tile"] == (64, 128, 16)
+    assert p["block"] == (128, 1, 1) and p["grid"] == (32, 64, 1)
+    assert p["shared_bytes"] == 2 * 16 * ((64 + 4) + 128) * 4
+    both = ["kernel.ffma_tile_m=128", "kernel.ffma_tile_n=128"]
+    (p,) = plans(kernel(f32_matmul(1024, 1024, 1024), opts=both))
+    assert p["tile"] == (128, 128, 8)  # the options win over the shape's pick (128, 64)
+    (p,) = plans(kernel(f32_matmul(1024, 1024, 1024), opts=["kernel.ffma_tile_n=128"]))
+    assert p["tile"] == (64, 128, 8)  # M still by shape
+    (p,) = plans(kernel(f32_matmul(1024, 1024, 1024), opts=["kernel.ffma_tile_m=64"]))
+    assert p["tile"] == (64, 128, 8)
+
+
+TRANSPOSED_B = program(["tensor<256x128xf32>", "tensor<256x128xf32>"], ["tensor<256x256xf32>"], """\
+    %0 = "semantic.transpose"(%a1) {permutation = array<i64: 1, 0>} : (tensor<256x128xf32>) -> tensor<128x256xf32>
+    %1 = "semantic.matmul"(%a0, %0) : (tensor<256x128xf32>, tensor<128x256xf32>) -> tensor<256x256xf32>
+    "func.return"(%1) : (tensor<256x256xf32>) -> ()""")
+BROADCAST_B = program(["tensor<2x256x128xf32>", "tensor<128x256xf32>"], ["tensor<2x256x256xf32>"], """\
+    %0 = "semantic.matmul"(%a0, %a1) : (tensor<2x256x128xf32>, tensor<128x256xf32>) -> tensor<2x256x256xf32>
+    "func.return"(%0) : (tensor<2x256x256xf32>) -> ()""")
+F64 = program(["tensor<256x256xf64>", "tensor<256x256xf64>"], ["tensor<256x256xf64>"], """\
+    %0 = "semantic.matmul"(%a0, %a1) : (tensor<256x256xf64>, tensor<256x256xf64>) -> tensor<256x256xf64>
+    "func.return"(%0) : (tensor<256x256xf64>) -> ()""")
+
+
+@pytest.mark.parametrize("sm,opts", [
+    (f32_matmul(17, 256, 64), ()),                   # ragged M
+    (f32_matmul(256, 4097, 64), ()),                 # ragged N
+    (f32_matmul(1, 17, 4097), ()),
+    (f32_matmul(256, 256, 12), ()),                  # K not a multiple of 8
+    (f32_matmul(256, 256, 24), ("kernel.ffma_tile_k=16",)),
+    (f32_matmul(64, 256, 64), ("kernel.ffma_tile_m=128",)),  # the forced tile does not divide
+    (f32_matmul(0, 256, 64), ()),                    # nothing to multiply
+    (f32_matmul(128, 128, 64, (0,)), ()),            # an empty batch
+    (f32_matmul(256, 256, 64), ("kernel.ffma_tiles=false",)),
+    (TRANSPOSED_B, ()),                              # an operand through a transpose
+    (BROADCAST_B, ()),                               # B broadcast over the batch
+    (F64, ()),
+    (f32_matmul(256, 256, 64, (), "bf16"), ("kernel.tensor_cores=false",)),  # halves
+])
+def test_other_f32_matmuls_keep_the_generic_tiles(sm, opts):
+    (p,) = plans(kernel(sm, opts=opts))
+    assert p["mapping"] == "tiled"
+
+
+def test_an_unaligned_arena_operand_keeps_the_generic_tiles():
+    # a 12-byte buffer is allocated first: with a 4-byte arena alignment the matmul's
+    # A (an intermediate) starts at byte 12, where a float4 load faults
+    sm = program(["tensor<3xf32>", "tensor<64x64xf32>", "tensor<64x64xf32>"],
+                 ["tensor<64x64xf32>", "tensor<3xf32>"], """\
+    %0 = "semantic.exp"(%a0) : (tensor<3xf32>) -> tensor<3xf32>
+    %1 = "semantic.exp"(%a1) : (tensor<64x64xf32>) -> tensor<64x64xf32>
+    %2 = "semantic.matmul"(%1, %a2) : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    %3 = "semantic.add"(%0, %0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    "func.return"(%2, %3) : (tensor<64x64xf32>, tensor<3xf32>) -> ()""")
+    for alignment, mapping in ((4, "tiled"), (16, "ffma-tiled"),
+                               (256, "ffma-tiled")):
+        r = kernel(sm, opts=["dispatch.fuse=false", f"memory.alignment={alignment}"])
+        (p,) = [p for p in plans(r) if p["kind"] == "matmul"]
+        assert p["mapping"] == mapping, alignment
+
+
+@pytest.mark.parametrize("option", ["kernel.ffma_tile_m=32", "kernel.ffma_tile_n=256",
+                                    "kernel.ffma_tile_k=4", "kernel.ffma_tile_k=32"])
+def test_bad_ffma_tiles_are_option_errors(option):
+    from accy.errors import OptionError
+
+    with pytest.raises(OptionError, match=option.split("=")[0]):
+        RunOptions.parse(CUDA, [option])
+
+
 # -------------------------------------------------------------- launches, keys
 
 
@@ -335,7 +447,7 @@ def test_mma_tiles_and_stages_are_options():
 def test_other_matmuls_keep_the_ffma_tiles(case, opts):
     el, m, n, k = case
     (p,) = plans(kernel(matmul(m, n, k, el), opts=opts))
-    assert p["mapping"] == "tiled" and "mma" not in p
+    assert p["mapping"] in ("tiled", "ffma-tiled") and "mma" not in p
 
 
 def test_tensor_cores_need_sm_80():

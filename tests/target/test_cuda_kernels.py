@@ -126,6 +126,54 @@ def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
     cubin(text)
 
 
+# ------------------------------------------------------------ f32 FFMA matmul
+
+
+def kernel_text(text: str, name: str) -> str:
+    """The text of kernel ``name`` in a translation unit."""
+    body = text[text.index(f" {name}("):]
+    return body[:body.index("\n}\n") + 3]
+
+
+def test_ffma_matmul_spells_its_plan() -> None:
+    text = source(matmul(4096, 4096, 4096, "f32"), {})
+    k = kernel_text(text, "k0_matmul")
+    assert "__launch_bounds__(256, 2) k0_matmul(" in text
+    assert "__shared__ __align__(16) float As[2][8][132];" in k  # A transposed, padded
+    assert "__shared__ __align__(16) float Bs[2][8][128];" in k
+    assert "la[0] = *reinterpret_cast<const float4*>(ap0 + (kt + 1) * 8);" in k
+    assert "As[s ^ 1][ac0 * 4 + 3][ar0] = la[0].w;" in k
+    assert "*reinterpret_cast<float4*>(&Bs[s ^ 1][br0][bc0 * 4]) = lb[0];" in k
+    assert "&As[s][q][64 + ty * 4]" in k and "&Bs[s][q][64 + tx * 4]" in k
+    assert "acc[i][j] = fmaf(ra[i], rb[j], acc[i][j]);" in k
+    assert k.count("__syncthreads();") == 2  # the first tile's, then one a k-tile
+    assert "*reinterpret_cast<float4*>(Cr + 64) = make_float4(" in k  # no epilogue
+    assert "accv" not in k
+    cubin(text)
+
+
+@pytest.mark.parametrize("tiles", [(tm, tn, tk) for tm in (64, 128) for tn in (64, 128)
+                                   for tk in (8, 16)])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_ffma_variants_compile(tiles, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
+    tm, tn, tk = tiles
+    opts = (f"kernel.ffma_tile_m={tm}", f"kernel.ffma_tile_n={tn}", f"kernel.ffma_tile_k={tk}")
+    text = source(matmul(256, 384, 512, "f32", (2,), epilogue), {}, opts)
+    k = kernel_text(text, "k0_matmul")
+    assert f"__launch_bounds__({tm * tn // 64}, " in text
+    assert f"float As[2][{tk}][{tm + 4}];" in k and f"float Bs[2][{tk}][{tn}];" in k
+    assert ("const float accv = acc[i][j];" in k) == epilogue
+    assert ("make_float4(" in k) != epilogue
+    cubin(text)
+
+
+def test_ragged_f32_matmuls_keep_the_generic_kernel() -> None:
+    text = source(matmul(129, 130, 33, "f32", (2,), epilogue=True), {})
+    assert "__shared__ float As[16][65];" in text and "fmaf(ra[i], rb[jj], acc[i][jj])" in text
+    assert "float4" not in kernel_text(text, "k0_matmul")
+    cubin(text)
+
+
 # ------------------------------------------------- empty tensors (found on the H200)
 
 EMPTY = '''"builtin.module"() ({
