@@ -133,7 +133,9 @@ class KernelOptions:
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
-    """Matmul tile sizes (16×16 threads a block, each a (tile_m/16)×(tile_n/16) micro-tile).
+    """Tile sizes of the generic ``tiled`` matmul (any matmul the FFMA and tensor-core
+    kernels below do not take: 16×16 threads a block, each a (tile_m/16)×(tile_n/16)
+    micro-tile).
 
     128×128×8 ran the MLP block 9 % faster on the H200 (18.9 against 17.3
     TFLOP/s) but took 70 % longer to compile (NVRTC unrolls the larger micro-tile

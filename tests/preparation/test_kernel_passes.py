@@ -348,6 +348,7 @@ def test_every_region_becomes_a_kernel_and_a_launch():
 
 
 @pytest.mark.parametrize("option", ["kernel.block_size=128", "kernel.vector_width=1",
+                                    "kernel.ffma_tile_k=16",
                                     "kernel.tile_m=32", "kernel.rows_per_block=2"])
 def test_a_kernel_option_changes_only_the_kernel_product(option):
     sm = graph("attention")
