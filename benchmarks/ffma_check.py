@@ -18,6 +18,9 @@ Run on a GPU machine::
     python3 benchmarks/ffma_check.py [--sizes 1024,4096] [--ragged 2049x2051x2047]
         [--option kernel.ffma_tile_k=16 ...] [--calls 30] [--repeats 5] [--out FILE]
 
+``--compile-only`` (no GPU needed) compiles each case twice in one process and prints
+the refresh and NVRTC times (a fresh ``FragmentCompilerCache`` each time).
+
 ``--option`` takes ``STAGE.NAME=VALUE`` as the ``accy`` command does (e.g.
 ``kernel.ffma_tile_m=64``); ``--option kernel.ffma_tiles=false`` times the generic
 kernel instead. The exit status is 1 when any accy result is off by more than
@@ -93,9 +96,8 @@ def plan_of(sm: Any, options: Any) -> dict[str, Any]:
             "block": list(p.block), "grid": list(p.grid), "shared_bytes": p.shared_bytes}
 
 
-def run_case(m: int, n: int, k: int, args: argparse.Namespace) -> dict[str, Any]:
-    import cupy
-
+def compile_case(m: int, n: int, k: int, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The loaded fragment of ``m×n×k`` (None without a GPU) and its compile record."""
     from accy.executable.cache import FragmentCompilerCache
     from accy.preparation.options import RunOptions
     from accy.preparation.products import SemanticModule
@@ -108,14 +110,20 @@ def run_case(m: int, n: int, k: int, args: argparse.Namespace) -> dict[str, Any]
     update = FragmentCompilerCache().refresh_from_semantic_module(
         sm, PreparationRequest(source=name, options=options))
     cold = time.perf_counter() - t0
-    frag = update.fragment
-    assert frag is not None
     entry: dict[str, Any] = {"m": m, "n": n, "k": k, "options": list(args.option),
                              "cold_compile_s": cold,
                              "cold_split_ms": {r.stage: r.elapsed_ns / 1e6
                                                for r in update.report},
                              "plan": plan_of(SemanticModule.from_text(matmul_text(m, n, k)),
                                              options)}
+    return update.fragment, entry
+
+
+def run_case(m: int, n: int, k: int, args: argparse.Namespace) -> dict[str, Any]:
+    import cupy
+
+    frag, entry = compile_case(m, n, k, args)
+    assert frag is not None
     rng = cupy.random.default_rng(0)
     a = (rng.standard_normal((m, k), dtype=cupy.float32) / k ** 0.5).astype(cupy.float32)
     b = rng.standard_normal((k, n), dtype=cupy.float32)
@@ -151,12 +159,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only compile each case (the six stages and NVRTC; no GPU needed), "
+                         "each twice in this process: the first pays NVRTC's start")
     args = ap.parse_args(argv)
-    import cupy
-
     shapes = [(s, s, s) for s in map(int, filter(None, args.sizes.split(",")))]
     shapes += [tuple(int(x) for x in r.split("x"))  # type: ignore[misc]
                for r in filter(None, args.ragged.split(","))]
+    if args.compile_only:
+        runs = []
+        for m, n, k in shapes:
+            for rep in range(2):
+                e = compile_case(m, n, k, args)[1]
+                e["repeat"] = rep
+                runs.append(e)
+                print(f"{m}x{n}x{k} {e['plan']['mapping']} {e['plan']['tile']} (#{rep}): "
+                      f"refresh {e['cold_compile_s']:.3f} s, NVRTC "
+                      f"{e['cold_split_ms']['compile']:.1f} ms", file=sys.stderr)
+        print(json.dumps({"compile_only": runs}, indent=1))
+        return 0
+    import cupy
+
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     result: dict[str, Any] = {"device": props["name"].decode(), "cupy": cupy.__version__,
                               "cupy_tf32": os.environ.get("CUPY_TF32"), "cases": []}
