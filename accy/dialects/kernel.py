@@ -3,7 +3,7 @@
 - ``kernel.func`` (a module-level symbol) holds one dispatch's body (``prim``
   ops over its inputs, ending in ``kernel.yield``) and the plan the kernel
   stage made for it: ``mapping`` (``grid-stride``, ``block-per-row``,
-  ``warp-per-row``, ``tiled``, ``mma-tiled`` (tensor cores), or ``loop`` on
+  ``warp-per-row``, ``tiled``, ``mma-tiled`` / ``wgmma-tiled`` (tensor cores), or ``loop`` on
   the host), the block and grid
   shapes, the vector width, items per thread, which inputs are cached in
   registers, tile sizes and shared-memory bytes;
@@ -29,8 +29,10 @@ from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
 MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "tiled",
-            "mma-tiled", "loop")
+            "mma-tiled", "wgmma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
+ARCH_SPECIFIC_MAPPINGS = frozenset({"wgmma-tiled"})
+"""Mappings whose kernels compile only for an arch-specific target (``sm_90a``)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,8 @@ class KernelPlan:
     kind: str
     """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
     mapping: str
-    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``mma-tiled`` or
-    ``loop``."""
+    """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``mma-tiled``,
+    ``wgmma-tiled`` or ``loop``."""
     iteration: tuple[int, ...]
     """The dispatch's iteration space."""
     block: tuple[int, ...]
@@ -66,6 +68,9 @@ class KernelPlan:
     """Elements per vector load/store."""
     shared_bytes: int = 0
     """Static shared memory the kernel uses."""
+    dynamic_shared: int = 0
+    """Dynamic shared memory the launch gives the kernel (bytes; the loader raises the
+    kernel's limit to it)."""
     elements: int = 0
     """Elements a grid-stride loop covers."""
     rows: int = 0
@@ -85,9 +90,11 @@ class KernelPlan:
     """Matmul: the contracted dimension."""
     mma: str = ""
     """``mma-tiled``: the warp-level tensor-core instruction (``m16n8k16`` and its types,
-    as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``)."""
+    as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``);
+    ``wgmma-tiled``: the warpgroup one after ``wgmma.mma_async.sync.aligned.``
+    (``m64n128k16.f32.bf16.bf16``)."""
     stages: int = 0
-    """``mma-tiled``: shared-memory stages of the ``cp.async`` pipeline."""
+    """``mma-tiled`` / ``wgmma-tiled``: shared-memory stages of the ``cp.async`` pipeline."""
     warps: tuple[int, ...] = ()
     warp_tile: tuple[int, ...] = ()
     """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n)."""
@@ -105,6 +112,12 @@ class KernelPlan:
             v = getattr(self, key)
             if len(v) != 3 or min(v) < 1:
                 raise VerifyError(f"'kernel.func' needs '{key} = array<i64: x, y, z>'")
+
+    @property
+    def arch_specific(self) -> bool:
+        """The kernel uses arch-specific instructions (``wgmma``): its translation unit
+        compiles for the backend's ``specific_arch`` (``sm_90a``)."""
+        return self.mapping in ARCH_SPECIFIC_MAPPINGS
 
     @staticmethod
     def of_attributes(attributes: dict[str, Attribute]) -> KernelPlan:

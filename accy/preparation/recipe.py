@@ -87,7 +87,9 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
     return (k.PlanKernels(options.target.backend.thread_blocks, o.block_size, o.vector_width,
                           o.rows_per_block, o.tile_m, o.tile_n, o.tile_k, o.tensor_cores,
                           (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
-                          options.target.backend.sm_number),)
+                          options.target.backend.sm_number,
+                          wgmma=o.wgmma and options.target.backend.wgmma,
+                          wgmma_tile_n=o.wgmma_tile_n, wgmma_stages=o.wgmma_stages),)
 
 
 def target(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
