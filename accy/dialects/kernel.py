@@ -4,7 +4,8 @@
   ops over its inputs, ending in ``kernel.yield``) and the plan the kernel
   stage made for it: ``mapping`` (``grid-stride``, ``block-per-row``,
   ``warp-per-row``, ``tiled``, ``ffma-tiled`` (register-blocked f32),
-  ``mma-tiled`` (tensor cores), or ``loop`` on the host), the block and grid
+  ``mma-tiled`` / ``wgmma-tiled`` (tensor cores), or ``loop`` on the host), the block
+  and grid
   shapes, the vector width, items per thread, which inputs are cached in
   registers, tile sizes and shared-memory bytes;
 - ``kernel.launch`` replaces the dispatch in the host function: it names the
@@ -29,8 +30,10 @@ from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
 MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "tiled",
-            "ffma-tiled", "mma-tiled", "loop")
+            "ffma-tiled", "mma-tiled", "wgmma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
+ARCH_SPECIFIC_MAPPINGS = frozenset({"wgmma-tiled"})
+"""Mappings whose kernels compile only for an arch-specific target (``sm_90a``)."""
 FFMA_A_PAD = 4
 """``ffma-tiled``: floats after each k-row of the transposed A tile in shared memory
 (the planner sizes ``shared_bytes`` with it, the renderer lays the tile out by it): the
@@ -60,7 +63,7 @@ class KernelPlan:
     """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
     mapping: str
     """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``ffma-tiled``,
-    ``mma-tiled`` or ``loop``."""
+    ``mma-tiled``, ``wgmma-tiled`` or ``loop``."""
     iteration: tuple[int, ...]
     """The dispatch's iteration space."""
     block: tuple[int, ...]
@@ -71,6 +74,9 @@ class KernelPlan:
     """Elements per vector load/store."""
     shared_bytes: int = 0
     """Static shared memory the kernel uses."""
+    dynamic_shared: int = 0
+    """Dynamic shared memory the launch gives the kernel (bytes; the loader raises the
+    kernel's limit to it)."""
     elements: int = 0
     """Elements a grid-stride loop covers."""
     rows: int = 0
@@ -92,10 +98,13 @@ class KernelPlan:
     """Matmul: the contracted dimension."""
     mma: str = ""
     """``mma-tiled``: the warp-level tensor-core instruction (``m16n8k16`` and its types,
-    as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``)."""
+    as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``);
+    ``wgmma-tiled``: the warpgroup one after ``wgmma.mma_async.sync.aligned.``
+    (``m64n128k16.f32.bf16.bf16``)."""
     stages: int = 0
-    """``mma-tiled``: shared-memory stages of the ``cp.async`` pipeline; ``ffma-tiled``:
-    shared buffers (2: the next k-tile's loads in registers while one is multiplied)."""
+    """``mma-tiled`` / ``wgmma-tiled``: shared-memory stages of the ``cp.async`` pipeline;
+    ``ffma-tiled``: shared buffers (2: the next k-tile's loads in registers while one is
+    multiplied)."""
     warps: tuple[int, ...] = ()
     warp_tile: tuple[int, ...] = ()
     """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n)."""
@@ -113,6 +122,12 @@ class KernelPlan:
             v = getattr(self, key)
             if len(v) != 3 or min(v) < 1:
                 raise VerifyError(f"'kernel.func' needs '{key} = array<i64: x, y, z>'")
+
+    @property
+    def arch_specific(self) -> bool:
+        """The kernel uses arch-specific instructions (``wgmma``): its translation unit
+        compiles for the backend's ``specific_arch`` (``sm_90a``)."""
+        return self.mapping in ARCH_SPECIFIC_MAPPINGS
 
     @staticmethod
     def of_attributes(attributes: dict[str, Attribute]) -> KernelPlan:

@@ -64,10 +64,13 @@ class Launch:
     block: tuple[int, ...]
     shared_bytes: int
     buffers: tuple[int, ...]
+    dynamic_shared: int = 0
+    """Dynamic shared memory passed at launch (the kernel's limit raised to it first)."""
 
     def to_plain(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
-                "shared_bytes": self.shared_bytes, "buffers": list(self.buffers)}
+                "shared_bytes": self.shared_bytes, "dynamic_shared": self.dynamic_shared,
+                "buffers": list(self.buffers)}
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> Launch:
@@ -79,7 +82,7 @@ class Launch:
         try:
             launch = Launch(str(d["kernel"]), tuple(int(x) for x in d["grid"]),
                             tuple(int(x) for x in d["block"]), int(d["shared_bytes"]),
-                            tuple(int(x) for x in d["buffers"]))
+                            tuple(int(x) for x in d["buffers"]), int(d["dynamic_shared"]))
         except (TypeError, ValueError):
             raise WireFormatError("malformed launch table entry") from None
         if len(launch.grid) != 3 or len(launch.block) != 3:
@@ -87,7 +90,8 @@ class Launch:
         return launch
 
 
-_LAUNCH_FIELDS = frozenset({"kernel", "grid", "block", "shared_bytes", "buffers"})
+_LAUNCH_FIELDS = frozenset({"kernel", "grid", "block", "shared_bytes", "dynamic_shared",
+                            "buffers"})
 
 
 def _buffers(entries: list[Any]) -> list[BufferSpec]:
@@ -109,6 +113,9 @@ class FragmentPlan:
     args: list[tuple[list[int], str]]
     results: list[tuple[list[int], str]]
     fast_math: bool = False
+    arch: str = ""
+    """What the source compiles for (``target.arch``: ``sm_90a`` when a kernel needs
+    arch-specific features; empty for the host)."""
 
     @staticmethod
     def of(job: TargetJob) -> FragmentPlan:
@@ -124,20 +131,21 @@ class FragmentPlan:
             return out
 
         fm = attrs.get("target.fast_math")
+        arch = attrs.get("target.arch")
         return FragmentPlan(
             target=_plain(attrs["target.target"]), language=_plain(attrs["target.language"]),
             launches=[Launch.from_plain(d) for d in _plain(attrs["target.launches"])],
             buffers=_buffers(_plain(attrs["target.buffers"])),
             arena_bytes=_plain(attrs["target.arena_bytes"]), args=sig(ftype.inputs),
             results=sig(ftype.results), fast_math=bool(fm.value) if isinstance(fm, BoolAttr)
-            else False)
+            else False, arch=arch.value if isinstance(arch, StringAttr) else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "language": self.language,
                 "launches": [launch.to_plain() for launch in self.launches],
                 "buffers": [b.to_plain() for b in self.buffers], "arena_bytes": self.arena_bytes,
                 "args": [list(a) for a in self.args], "results": [list(r) for r in self.results],
-                "fast_math": self.fast_math}
+                "fast_math": self.fast_math, "arch": self.arch}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FragmentPlan:
@@ -145,7 +153,8 @@ class FragmentPlan:
                             [Launch.from_plain(launch) for launch in d["launches"]],
                             _buffers(d["buffers"]),
                             d["arena_bytes"], [(list(a[0]), a[1]) for a in d["args"]],
-                            [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False))
+                            [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False),
+                            str(d.get("arch", "")))
 
 
 @dataclass
@@ -196,11 +205,11 @@ def compile_key(job: TargetJob) -> StageKey:
     read back and store fragments under it.
     """
     backend = fragment_backend(job)
-    fm = job.module.attributes.get("target.fast_math")
-    fast = bool(fm.value) if isinstance(fm, BoolAttr) else False
+    plan = FragmentPlan.of(job)
     return make_key({"stage": "compile", "version": stage("compile").version,
                      "input": job.fingerprint(), "compiler": backend.compiler_identity(),
-                     "flags": list(backend.flags(fast)), "arch": backend.arch})
+                     "flags": list(backend.flags(plan.fast_math)),
+                     "arch": plan.arch or backend.arch})
 
 
 def check_fragment(compiled: CompiledFragment, key: StageKey) -> str | None:
@@ -225,7 +234,8 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
         private_subdir(f"fragment-{key.hex[:16]}-")
     os.makedirs(ws, exist_ok=True)
     t0 = time.perf_counter_ns()
-    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math))
+    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math),
+                                       plan.arch or None)
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)

@@ -302,6 +302,12 @@ def local_arch() -> str | None:
     return f"sm_{cupy.cuda.Device().compute_capability}"
 
 
+_STATIC_SHARED_LIMIT = 48 * 1024
+"""Shared memory a launch may pass without the kernel opting in."""
+_MAX_DYNAMIC_SHARED_ATTRIBUTE = 8
+"""``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``."""
+
+
 class CudaModule:
     """A cubin loaded into the current CUDA device's context through CuPy.
 
@@ -322,6 +328,7 @@ class CudaModule:
 
     def __init__(self, cubin: bytes) -> None:
         self._functions: dict[str, Any] = {}
+        self._dynamic: dict[str, int] = {}
         try:
             import cupy
 
@@ -330,6 +337,18 @@ class CudaModule:
             self._module.load(bytes(cubin))
         except Exception as e:
             raise FragmentLoadError(f"cannot load cubin ({len(cubin)} bytes): {e}") from None
+
+    def _raise_shared_limit(self, name: str, fn: Any, nbytes: int) -> None:
+        """Let kernel ``name`` take ``nbytes`` of dynamic shared memory (above 48 KB a
+        kernel must opt in)."""
+        from cupy_backends.cuda.api import driver
+
+        try:
+            driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED_ATTRIBUTE, nbytes)
+        except Exception as e:
+            raise FragmentLoadError(f"kernel {name} cannot take {nbytes} bytes of shared "
+                                    f"memory: {e}") from None
+        self._dynamic[name] = nbytes
 
     def get_function(self, name: str) -> Any:
         """The kernel ``name`` (a ``cupy.cuda.function.Function``); cached."""
@@ -360,6 +379,8 @@ class CudaModule:
                     "a cupy.cuda.MemoryPointer or a NumPy scalar (np.int32, np.float32, ...)"
                 )
         fn = self.get_function(name)
+        if shared_mem > _STATIC_SHARED_LIMIT and self._dynamic.get(name, 0) < shared_mem:
+            self._raise_shared_limit(name, fn, shared_mem)
         if stream is None:
             stream = cupy.cuda.get_current_stream()
         try:

@@ -195,7 +195,8 @@ class LoadedFragment:
     def _launch_cuda(self, views: dict[int, Any]) -> None:
         for launch in self.plan.launches:
             self._module.launch(launch.kernel, launch.grid, launch.block,
-                                [views[i] for i in launch.buffers])
+                                [views[i] for i in launch.buffers],
+                                shared_mem=launch.dynamic_shared)
 
 
 def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \

@@ -122,6 +122,17 @@ class MemoryOptions:
         _positive("memory.alignment", self.alignment, power_of_two=True, at_most=4096)
 
 
+WGMMA_TILE_M, WGMMA_TILE_K = 128, 64
+"""The warpgroup matmul's block rows (two warpgroups of 64) and depth per stage (one
+128-byte swizzle row of halves)."""
+
+
+def wgmma_shared_bytes(tile_n: int, stages: int) -> int:
+    """Dynamic shared memory of a warpgroup matmul: ``stages`` A and B tiles of halves,
+    plus 1 KB to align the first to the 1024-byte swizzle atom."""
+    return stages * (WGMMA_TILE_M + tile_n) * WGMMA_TILE_K * 2 + 1024
+
+
 @dataclass(frozen=True)
 class KernelOptions:
     block_size: int = 256
@@ -165,6 +176,16 @@ class KernelOptions:
     stage; warps own 64×32 outputs each (128×128: 8 warps)."""
     stages: int = 3
     """Shared-memory stages of the tensor-core ``cp.async`` pipeline (2–4)."""
+    wgmma: bool = True
+    """On sm_90 (Hopper), bf16/f16 matmuls whose shapes divide the warpgroup tiles run
+    on ``wgmma.mma_async`` (two warpgroups of 128 threads, operands read by the tensor
+    cores straight from 128-byte-swizzled shared memory); off: the ``mma.sync`` tiles
+    above. The fragment is then compiled for ``sm_90a`` (arch-specific features)."""
+    wgmma_tile_n: int = 128
+    """Warpgroup tile width: a block computes 128 × ``wgmma_tile_n`` outputs (128 or
+    256), 64 deep per stage."""
+    wgmma_stages: int = 4
+    """Shared-memory stages of the warpgroup pipeline (3–6, as shared memory allows)."""
 
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
@@ -175,6 +196,11 @@ class KernelOptions:
             raise OptionError(f"kernel.mma_tile_k must be 32 or 64, got {self.mma_tile_k}")
         if self.stages not in (2, 3, 4):
             raise OptionError(f"kernel.stages must be 2, 3 or 4, got {self.stages}")
+        if self.wgmma_tile_n not in (128, 256):
+            raise OptionError(f"kernel.wgmma_tile_n must be 128 or 256, got "
+                              f"{self.wgmma_tile_n}")
+        if not 3 <= self.wgmma_stages <= 6:
+            raise OptionError(f"kernel.wgmma_stages must be 3 to 6, got {self.wgmma_stages}")
         if self.block_size < 32:
             raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
         if self.vector_width not in (1, 2, 4):
@@ -188,6 +214,9 @@ class KernelOptions:
         _positive("kernel.tile_k", self.tile_k, power_of_two=True, at_most=64)
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
+        self._check_ffma_tiles()
+
+    def _check_ffma_tiles(self) -> None:
         for n in ("ffma_tile_m", "ffma_tile_n"):
             if getattr(self, n) not in (0, 64, 128):
                 raise OptionError(f"kernel.{n} must be 0 (by shape), 64 or 128, got "
@@ -205,8 +234,20 @@ class KernelOptions:
         """Shared memory a tensor-core matmul of these tiles and stages uses (2-byte halves)."""
         return self.stages * self.mma_tile_k * (self.mma_tile_m + self.mma_tile_n) * 2
 
+    @property
+    def wgmma_shared_bytes(self) -> int:
+        """Dynamic shared memory a warpgroup matmul of these tiles and stages uses (128-row
+        A and ``wgmma_tile_n``-column B tiles of 64 halves, 1 KB for alignment)."""
+        return wgmma_shared_bytes(self.wgmma_tile_n, self.wgmma_stages)
+
     def check_target(self, backend: Backend) -> None:
         """The options fit the target's limits (shared memory)."""
+        if self.wgmma and backend.wgmma and \
+                self.wgmma_shared_bytes > backend.max_dynamic_shared_bytes:
+            raise OptionError(f"kernel.wgmma_stages={self.wgmma_stages} of 128×"
+                              f"{self.wgmma_tile_n}×64 warpgroup tiles needs "
+                              f"{self.wgmma_shared_bytes} bytes of shared memory (at most "
+                              f"{backend.max_dynamic_shared_bytes} on {backend.name})")
         if self.tensor_cores and self.mma_shared_bytes > backend.max_shared_bytes:
             raise OptionError(f"kernel.stages={self.stages} of {self.mma_tile_m}×"
                               f"{self.mma_tile_n}×{self.mma_tile_k} tensor-core tiles needs "

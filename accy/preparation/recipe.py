@@ -88,6 +88,8 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           o.rows_per_block, o.tile_m, o.tile_n, o.tile_k, o.tensor_cores,
                           (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
                           options.target.backend.sm_number,
+                          wgmma=o.wgmma and options.target.backend.wgmma,
+                          wgmma_tile_n=o.wgmma_tile_n, wgmma_stages=o.wgmma_stages,
                           ffma_tiles=o.ffma_tiles,
                           ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k)),)
 

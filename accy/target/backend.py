@@ -74,6 +74,21 @@ class Backend:
         return 0
 
     @property
+    def max_dynamic_shared_bytes(self) -> int:
+        """Dynamic shared memory a kernel may ask for at launch (bytes; 0: none)."""
+        return 0
+
+    @property
+    def wgmma(self) -> bool:
+        """Hopper's warpgroup tensor-core instructions (``wgmma``, sm_90) are available
+        to kernels that compile for :meth:`specific_arch`."""
+        return False
+
+    def specific_arch(self) -> str:
+        """The arch a fragment using arch-specific features compiles for (``sm_90a``)."""
+        return self.arch
+
+    @property
     def name(self) -> str:
         """The target as the CLI spells it (``host``, ``cuda:sm_90``)."""
         raise NotImplementedError
@@ -88,8 +103,10 @@ class Backend:
     def compiler_identity(self) -> str:
         raise NotImplementedError
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
-        """Compile ``source``; return the binary and the source file's path."""
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
+                arch: str | None = None) -> tuple[bytes, str]:
+        """Compile ``source`` (for ``arch``, default :attr:`arch`); return the binary and
+        the source file's path."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -122,7 +139,8 @@ class HostBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().host_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
+                arch: str | None = None) -> tuple[bytes, str]:
         import os
 
         so = self.device().compile_host(source, workspace, flags=flags, name="fragment")
@@ -142,6 +160,20 @@ class CudaBackend(Backend):
     max_threads_per_block: ClassVar[int] = 1024
     max_shared_bytes: ClassVar[int] = 48 * 1024
     max_grid: ClassVar[tuple[int, int, int]] = ((1 << 31) - 1, 65535, 65535)
+
+    @property
+    def max_dynamic_shared_bytes(self) -> int:
+        """Shared memory a block may opt in to: 227 KB on sm_90, 163 KB on sm_80/87,
+        99 KB on sm_86/89, else the static 48 KB."""
+        return {90: 227 * 1024, 80: 163 * 1024, 87: 163 * 1024, 86: 99 * 1024,
+                89: 99 * 1024}.get(self.sm_number, 48 * 1024)
+
+    @property
+    def wgmma(self) -> bool:
+        return self.sm_number == 90
+
+    def specific_arch(self) -> str:
+        return self.sm if self.sm.endswith("a") or not self.wgmma else self.sm + "a"
 
     @property
     def arch(self) -> str:
@@ -165,11 +197,12 @@ class CudaBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().cuda_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
+                arch: str | None = None) -> tuple[bytes, str]:
         import os
 
-        binary = self.device().compile_cuda(source, self.sm, options=flags, name="fragment.cu",
-                                            workspace=workspace)
+        binary = self.device().compile_cuda(source, arch or self.sm, options=flags,
+                                            name="fragment.cu", workspace=workspace)
         return binary, os.path.join(workspace, "fragment.cu")
 
 

@@ -85,6 +85,13 @@ HELPERS = {
     "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }""",
+    # a wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading
+    # and stride byte offsets, each in 16-byte units (PTX ISA, "Matrix Descriptor Format")
+    "accy_wgmma_desc": r"""__device__ __forceinline__ unsigned long long accy_wgmma_desc(
+    unsigned addr, unsigned lead, unsigned stride) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lead >> 4) << 16)
+       | ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
+}""",
 }
 """Helpers defined only in a translation unit that calls them (by name)."""
 
@@ -826,8 +833,126 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
+def _wgmma_call(instr: str, n_acc: int) -> str:
+    """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into ``d[0..n_acc)``: A
+    K-major, B N-major (transposed: the ``[K, N]`` row-major operand), accumulating."""
+    regs = ",".join(f"%{i}" for i in range(n_acc))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n_acc))
+    return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n_acc + 2}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %{n_acc}, %{n_acc + 1}, '
+            f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"(da), "l"(db), "r"(1));')
+
+
+def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``wgmma-tiled`` plan: Hopper warpgroup tensor cores fed by ``cp.async``.
+
+    A block of two warpgroups computes ``tile`` = 128 × N outputs, each warpgroup 64
+    rows by ``wgmma.mma_async`` (``plan.mma``, m64nNk16) four times a 64-deep stage.
+    Operands sit in dynamic shared memory in the 128-byte swizzle the tensor cores
+    read: A K-major (a 128-byte row of 64 halves a row of M, 16-byte chunk ``c`` of
+    row ``r`` at ``c ^ (r % 8)``, 1024 bytes an 8-row atom), B N-major (64-column
+    slabs of 64 rows × 128 bytes, the same XOR by k row). ``stages`` tiles are in
+    flight: a stage is refilled two iterations after it was read, once every
+    warpgroup's ``wgmma.wait_group 1`` has retired that read. Then the epilogue at
+    every accumulator's (m, n) (the ``mma.sync`` C-fragment layout, per 8 columns).
+    """
+    ins, outs, params = _params(k)
+    plan = k.plan
+    tm, tn, tk = plan.tile
+    st = plan.stages
+    threads = plan.block[0]
+    dims = MatmulDims.of(k)
+    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    el = dims.element
+    a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
+    a_bytes, b_bytes = tm * tk * 2, tk * tn * 2
+    stage = a_bytes + b_bytes
+    ahead = st - 2  # tiles loaded ahead of the one the tensor cores read
+    n_acc = tn // 2
+    bc = tn // 8  # 16-byte chunks a B row
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+             f"{k.sym_name}({', '.join(params)}) {{",
+             "  extern __shared__ unsigned char smem_raw[];",
+             "  const unsigned base = ((unsigned)__cvta_generic_to_shared(smem_raw) + 1023u) "
+             "& ~1023u;",
+             "  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, "
+             "wq = (tid >> 5) & 3;",
+             f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
+             f" * {tn};",
+             "  const long long bz = blockIdx.z;"]
+    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
+        lines.append("  if (bz >= 0) return;")
+    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
+    lines += ["  " + p for p in pre]
+    lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
+              f"  const unsigned short* Bg = {b_in} + bz * {k_ * n_}LL + n0;",
+              f"  float d[{n_acc}];",
+              "  #pragma unroll",
+              f"  for (int i = 0; i < {n_acc}; ++i) d[i] = 0.0f;",
+              "  auto load_tile = [&](int s, int kt) {",
+              f"    const unsigned a = base + s * {stage}, b = a + {a_bytes};",
+              "    #pragma unroll",
+              f"    for (int q = 0; q < {tm * 8 // threads}; ++q) {{",
+              f"      const int e = tid + q * {threads}, r = e >> 3, c = e & 7;",
+              "      const unsigned dst = a + r * 128 + ((c ^ (r & 7)) << 4);",
+              "      asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
+              f"\"l\"(Ag + (long long)r * {k_} + (long long)kt * {tk} + c * 8));",
+              "    }",
+              "    #pragma unroll",
+              f"    for (int q = 0; q < {tk * bc // threads}; ++q) {{",
+              f"      const int e = tid + q * {threads}, r = e / {bc}, cn = e % {bc}, "
+              "c = cn & 7;",
+              f"      const unsigned dst = b + (cn >> 3) * {tk * 128} + r * 128 + "
+              "((c ^ (r & 7)) << 4);",
+              "      asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
+              f"\"l\"(Bg + ((long long)kt * {tk} + r) * {n_} + cn * 8));",
+              "    }",
+              "  };",
+              f"  const int kts = {k_ // tk};",
+              "  #pragma unroll",
+              f"  for (int s = 0; s < {ahead}; ++s) {{",
+              "    if (s < kts) load_tile(s, s);",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              "  }",
+              "  for (int kt = 0; kt < kts; ++kt) {",
+              f"    asm volatile(\"cp.async.wait_group {ahead - 1};\" ::);",
+              "    asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");",
+              "    __syncthreads();",
+              f"    if (kt + {ahead} < kts) load_tile((kt + {ahead}) % {st}, kt + {ahead});",
+              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              f"    const unsigned a = base + (kt % {st}) * {stage}, b = a + {a_bytes};",
+              "    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");",
+              "    #pragma unroll",
+              f"    for (int j = 0; j < {tk // 16}; ++j) {{",
+              "      const unsigned long long da = accy_wgmma_desc(a + wg * 8192 + j * 32, 16, 1024);",
+              f"      const unsigned long long db = accy_wgmma_desc(b + j * 2048, {tk * 128}, 1024);",
+              f"      {_wgmma_call(plan.mma, n_acc)}",
+              "    }",
+              "    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
+              "    asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
+              "  }",
+              "  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
+    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
+    # accumulator 4j + h: row lane/4 (+8 for h >= 2) of the warp's 16, columns 8j + 2(lane%4)
+    lines += ["  #pragma unroll",
+              f"  for (int j = 0; j < {tn // 8}; ++j) {{",
+              "    #pragma unroll",
+              "    for (int h = 0; h < 4; ++h) {",
+              "      const long long m = m0 + wg * 64 + wq * 16 + (lane >> 2) + (h >> 1) * 8;",
+              "      const long long n = n0 + j * 8 + (lane & 3) * 2 + (h & 1);",
+              f"      const float accv = {round_compute('d[4 * j + h]', el)};",
+              *("      " + s for s in ep.lines + stores),
+              "    }",
+              "  }",
+              "}"]
+    return "\n".join(lines), b.tables
+
+
 def emit_matmul_plan(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
-    """A matmul kernel as its plan maps it (tensor cores or FFMA tiles)."""
+    """A matmul kernel as its plan maps it (warpgroup or warp tensor cores, FFMA tiles)."""
+    if k.plan.mapping == "wgmma-tiled":
+        return emit_wgmma(k, fast_math)
     if k.plan.mapping == "mma-tiled":
         return emit_mma(k, fast_math)
     return emit_matmul(k, fast_math)

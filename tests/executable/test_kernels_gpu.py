@@ -19,7 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 from stage_programs import graph  # noqa: E402
 
+from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.executable.cache import FragmentCompilerCache  # noqa: E402
+from accy.executable.device import local_arch  # noqa: E402
+from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
 from accy.preparation.stages import PreparationRequest  # noqa: E402
 from accy.reference import run_reference  # noqa: E402
@@ -109,6 +112,7 @@ def run_module(sm, arrays, options=(), target: str = "cuda") -> float:  # type: 
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 @pytest.mark.parametrize("m,n,k,batch", [(128, 128, 32, ()), (256, 384, 96, ()),
                                          (512, 256, 1024, ()), (128, 256, 64, (3,)),
+                                         (256, 512, 192, ()), (384, 256, 128, (2,)),
                                          (1, 17, 4097, ()), (17, 4097, 64, ()),
                                          (129, 130, 33, ())])
 @pytest.mark.parametrize("epilogue", [False, True])
@@ -134,8 +138,34 @@ def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
 
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 512), (512, 384), (384,)]]
-    err = run_module(matmul(256, 384, 512, "bf16", (), True), arrays, opts)
+    err = run_module(matmul(256, 384, 512, "bf16", (), True), arrays,
+                     opts + ("kernel.wgmma=false",))  # the mma.sync tiles, also on sm_90
     assert err <= TOLERANCE["bf16"], err
+
+
+@pytest.mark.parametrize("opts", [(), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=3",),
+                                  ("kernel.wgmma_stages=6",),
+                                  ("kernel.wgmma_tile_n=256", "kernel.wgmma_stages=3")])
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_warpgroup_variants(element: str, opts) -> None:  # type: ignore[no-untyped-def]
+    """The sm_90 warpgroup kernel at each tile width and pipeline depth, with a batch,
+    a fused epilogue, and K from one stage (64) to more stages than the pipeline."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    for (m, n, k, batch) in ((256, 512, 640, ()), (128, 256, 64, (2,)), (384, 768, 128, ())):
+        rng = np.random.default_rng(m + n + k)
+        arrays = [rng.standard_normal(s).astype(np.float32)
+                  for s in [batch + (m, k), batch + (k, n), (n,)]]
+        if element == "f16":
+            arrays = [a.astype(np.float16) for a in arrays]
+        sm = matmul(m, n, k, element, batch, True)
+        job = prepare_through(sm, "kernel", RunOptions.parse("cuda", list(opts)), {}).product
+        mappings = [op.plan.mapping for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+        if local_arch() == "sm_90":
+            assert mappings == ["wgmma-tiled"]
+        err = run_module(sm, arrays, opts)
+        assert err <= TOLERANCE[element], (m, n, k, err)
 
 
 @pytest.mark.parametrize("element", ["bf16", "f16"])

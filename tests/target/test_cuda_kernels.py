@@ -97,9 +97,13 @@ def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
     return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
 
 
+MMA_SYNC = ("kernel.wgmma=false",)
+"""On sm_90 the warpgroup kernel is the default; these tests ask for ``mma.sync``."""
+
+
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_tensor_core_matmul_spells_its_plan(element: str) -> None:
-    text = source(matmul(256, 256, 128, element), {})
+    text = source(matmul(256, 256, 128, element), {}, MMA_SYNC)
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{element}.{element}.f32" in text
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in text
@@ -115,15 +119,80 @@ def test_tensor_core_matmul_spells_its_plan(element: str) -> None:
     ("kernel.mma_tile_n=64", "kernel.mma_tile_k=64", "kernel.stages=2")])
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_tensor_core_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
-    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts)
+    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts + MMA_SYNC)
     assert "mma.sync" in text
     cubin(text)
 
 
 def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
-    text = source(graph("mlp", "bf16"), {0: (4096, 256)})
+    text = source(graph("mlp", "bf16"), {0: (4096, 256)}, MMA_SYNC)
     assert text.count("mma.sync.aligned") == 2
     cubin(text)
+
+
+# ------------------------------------------------------ Hopper warpgroup matmuls
+
+
+def target_job(sm, shapes, opts=(), target=CUDA):  # type: ignore[no-untyped-def]
+    return prepare_through(sm, "target", RunOptions.parse(target, list(opts)), shapes).product
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
+    job = target_job(matmul(256, 256, 128, element), {})
+    text = job.module.attributes["target.source"].value
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{element}.{element}" in text
+    assert "mma.sync" not in text and "ldmatrix" not in text
+    assert "extern __shared__ unsigned char smem_raw[];" in text
+    assert "accy_wgmma_desc(b + j * 2048, 8192, 1024)" in text  # B: 64-column slabs
+    assert "wgmma.wait_group.sync.aligned 1;" in text and "cp.async.wait_group 1;" in text
+    # compiled for the arch-specific target; the launch passes its shared memory
+    assert job.module.attributes["target.arch"].value == "sm_90a"
+    launch = job.module.attributes["target.launches"].values[0]
+    assert dict(launch.entries)["dynamic_shared"].value == 4 * (128 + 128) * 64 * 2 + 1024
+    assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
+    with pytest.raises(Exception, match="wgmma"):
+        compile_cuda(text, "sm_90")  # what sm_90a is for
+
+
+@pytest.mark.parametrize("opts", [
+    (), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=3",),
+    ("kernel.wgmma_tile_n=256", "kernel.wgmma_stages=4"), ("kernel.wgmma_stages=6",)])
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
+    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts)
+    n = 256 if "kernel.wgmma_tile_n=256" in opts else 128
+    assert f"m64n{n}k16" in text and "bz * 49152LL" in text  # batch 2: A is 128×192
+    assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
+
+
+def test_shapes_off_the_warpgroup_tiles_fall_back_to_mma_sync() -> None:
+    # 64 rows: not a multiple of the warpgroup block's 128; K = 32: not of 64
+    for m, k in ((64, 128), (128, 32)):
+        job = target_job(matmul(m, 128, k, "bf16"), {}, ("kernel.mma_tile_m=64",))
+        assert job.module.attributes["target.arch"].value == "sm_90"
+        text = job.module.attributes["target.source"].value
+        assert "mma.sync" in text and "wgmma" not in text
+    # and before Hopper there is no warpgroup kernel at all
+    job = target_job(matmul(256, 256, 128, "bf16"), {}, target="cuda:sm_80")
+    assert job.module.attributes["target.arch"].value == "sm_80"
+    assert "wgmma" not in job.module.attributes["target.source"].value
+
+
+def test_warpgroup_shared_memory_is_checked_against_the_target() -> None:
+    from accy.errors import OptionError
+
+    with pytest.raises(OptionError, match="kernel.wgmma_stages=5 of 128×256×64"):
+        RunOptions.parse(CUDA, ["kernel.wgmma_tile_n=256", "kernel.wgmma_stages=5"])
+    RunOptions.parse("cuda:sm_80", ["kernel.wgmma_tile_n=256", "kernel.wgmma_stages=5"])
+    with pytest.raises(OptionError, match="kernel.wgmma_tile_n must be 128 or 256"):
+        RunOptions.parse(CUDA, ["kernel.wgmma_tile_n=64"])
+
+
+def test_the_mlp_block_in_bf16_runs_both_matmuls_on_warpgroups() -> None:
+    text = source(graph("mlp", "bf16"), {0: (4096, 256)})
+    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 2
+    assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
 
 
 # ------------------------------------------------------------ f32 FFMA matmul

@@ -13,7 +13,10 @@ plan, per kind, for CUDA:
   every phase, so inputs read at their own element are **cached in
   registers** once (up to 32 values a thread) and reductions run as
   warp-shuffle trees (then across warps through shared memory);
-- matmul: bf16/f16 on the **tensor cores** (``mma-tiled``: warp-level
+- matmul: bf16/f16 on Hopper's **warpgroup tensor cores** (``wgmma-tiled``:
+  ``wgmma.mma_async`` m64nNk16 from 128-byte-swizzled shared tiles fed by a
+  ``cp.async`` pipeline, two warpgroups a 128-row block) when the shapes
+  divide its tiles on sm_90; else on the **tensor cores** (``mma-tiled``: warp-level
   ``mma.sync`` m16n8k16 with f32 accumulators, operands staged through a
   ``cp.async`` pipeline of ``stages`` swizzled shared-memory tiles and read
   with ``ldmatrix``) when the shapes divide its tiles; f32 with plain row-major
@@ -47,7 +50,7 @@ from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelYieldOp, LaunchOp
 from accy.dialects.memory import buffer_plan
-from accy.preparation.options import KernelOptions
+from accy.preparation.options import WGMMA_TILE_K, WGMMA_TILE_M, KernelOptions, wgmma_shared_bytes
 from accy.preparation.passes.memory import IDENTITY_READERS
 
 MAX_GRID_BLOCKS = 4096
@@ -214,6 +217,11 @@ class PlanKernels(Pass):
     stages: int = KernelOptions.stages
     sm: int = 0
     """The CUDA compute capability (tensor cores need 80 or more)."""
+    wgmma: bool = False
+    """bf16/f16 matmuls whose shapes divide the warpgroup tiles run on ``wgmma`` (the
+    option, where the backend has it: sm_90)."""
+    wgmma_tile_n: int = KernelOptions.wgmma_tile_n
+    wgmma_stages: int = KernelOptions.wgmma_stages
     ffma_tiles: bool = KernelOptions.ffma_tiles
     ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
                                        KernelOptions.ffma_tile_k)
@@ -339,8 +347,20 @@ class PlanKernels(Pass):
         m, n, k = out[-2], out[-1], sa[-1]
         if sa != out[:-2] + (m, k) or sb != out[:-2] + (k, n):
             return None
+        kind = el.pop()
+        batch = math.prod(out[:-2]) if len(out) > 2 else 1
+        if not _vector_aligned(region, offsets, 4):
+            return None
+        wn = self.wgmma_tile_n
+        if self.wgmma and not (m % WGMMA_TILE_M or n % wn or k % WGMMA_TILE_K):
+            return {"mapping": "wgmma-tiled", "block": (256, 1, 1),
+                    "grid": (n // wn, m // WGMMA_TILE_M, batch), "vector_width": 8,
+                    "dynamic_shared": wgmma_shared_bytes(wn, self.wgmma_stages),
+                    "tile": (WGMMA_TILE_M, wn, WGMMA_TILE_K), "warps": (2, 1),
+                    "stages": self.wgmma_stages,
+                    "mma": f"m64n{wn}k16.f32.{kind}.{kind}"}
         tm, tn, tk = self.mma_tile
-        if m % tm or n % tn or k % tk or not _vector_aligned(region, offsets, 4):
+        if m % tm or n % tn or k % tk:
             return None
         wm, wn = 64, 32  # each warp: 4 × 4 m16n8 tiles
         warps = (tm // wm, tn // wn)
@@ -349,8 +369,6 @@ class PlanKernels(Pass):
         # 8 land in 8 distinct 16-byte bank groups (a 64-byte A row pairs rows up)
         swizzle = (1, 3, 0, 7) if a_chunks == 4 else (0, 7, 0, 7)
         assert b_chunks >= 8
-        kind = el.pop()
-        batch = math.prod(out[:-2]) if len(out) > 2 else 1
         return {"mapping": "mma-tiled", "block": (32 * warps[0] * warps[1], 1, 1),
                 "grid": (n // tn, m // tm, batch), "vector_width": 8,
                 "shared_bytes": self.stages * tk * (tm + tn) * 2,

@@ -2,10 +2,11 @@
 
 The product (a ``TargetJob``) keeps the kernel IR and adds, on the module:
 ``target.target``, ``target.language`` (``cuda`` or ``c``), ``target.source``
-(one translation unit), ``target.launches`` (kernel, grid, block, shared
-bytes and buffer ids, in order), ``target.buffers`` and
-``target.arena_bytes`` (the memory plan of the entry function). The compile
-step reads nothing else.
+(one translation unit), ``target.arch`` (what it compiles for: the target's
+arch, or its arch-specific variant ``sm_90a`` when a kernel needs one),
+``target.launches`` (kernel, grid, block, static and dynamic shared bytes and
+buffer ids, in order), ``target.buffers`` and ``target.arena_bytes`` (the
+memory plan of the entry function). The compile step reads nothing else.
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ class CheckTargetSupport(Pass):
                     raise VerifyError(f"kernel '{op.sym_name}' needs {plan.shared_bytes} bytes "
                                       f"of shared memory (at most {backend.max_shared_bytes} "
                                       f"on {backend.name})", op.loc)
+                if plan.dynamic_shared > backend.max_dynamic_shared_bytes:
+                    raise VerifyError(f"kernel '{op.sym_name}' needs {plan.dynamic_shared} "
+                                      f"bytes of dynamic shared memory (at most "
+                                      f"{backend.max_dynamic_shared_bytes} on {backend.name})",
+                                      op.loc)
+                if plan.arch_specific and not backend.wgmma:
+                    raise VerifyError(f"kernel '{op.sym_name}' ({plan.mapping}) needs sm_90; "
+                                      f"the target is {backend.name}", op.loc)
                 ctx.stat("kernels")
         if isinstance(module, ModuleOp):
             for b in buffer_plan(module.entry()):
@@ -91,7 +100,8 @@ class EmitSource(Pass):
     def apply(self, ctx: PassContext, module: Operation) -> None:
         assert isinstance(module, ModuleOp)
         kernels = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
-        language = backend_of(self.target).language
+        backend = backend_of(self.target)
+        language = backend.language
         source = RENDERERS[language](kernels, self.fast_math)
         kmap = {k.sym_name: k for k in kernels}
         entry = module.entry()
@@ -108,10 +118,14 @@ class EmitSource(Pass):
                 ("grid", DenseArrayAttr(k.plan.grid)),
                 ("block", DenseArrayAttr(k.plan.block)),
                 ("shared_bytes", IntegerAttr(k.plan.shared_bytes)),
+                ("dynamic_shared", IntegerAttr(k.plan.dynamic_shared)),
                 ("buffers", DenseArrayAttr(ins.values + outs.values)),
             )))
         module.attributes["target.target"] = StringAttr(self.target)
         module.attributes["target.language"] = StringAttr(language)
+        specific = any(k.plan.arch_specific for k in kernels)
+        module.attributes["target.arch"] = StringAttr(
+            backend.specific_arch() if specific else backend.arch)
         module.attributes["target.fast_math"] = BoolAttr(self.fast_math)
         module.attributes["target.source"] = StringAttr(source)
         module.attributes["target.launches"] = ArrayAttr(tuple(launches))
