@@ -56,7 +56,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, swizzle)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle)
     """
 
     kind: str
@@ -107,7 +107,13 @@ class KernelPlan:
     multiplied)."""
     warps: tuple[int, ...] = ()
     warp_tile: tuple[int, ...] = ()
-    """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n)."""
+    """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n);
+    ``wgmma-tiled``: consumer warpgroups and the 64-row slices each one computes."""
+    tensor_maps: tuple[int, ...] = ()
+    """``wgmma-tiled``: the TMA tensor maps the loader encodes for the launch, five
+    numbers each: the operand's position in the launch's buffers, its rows and columns
+    (as 2-d), the box's rows and columns (128-byte swizzle); the kernel takes them, in
+    order, after its buffers."""
     swizzle: tuple[int, ...] = ()
     """``mma-tiled``: the 16-byte-chunk XOR swizzle of the A and B tiles in shared memory,
     ``(a_shift, a_mask, b_shift, b_mask)``: a row ``r``'s chunk ``c`` sits at

@@ -66,11 +66,15 @@ class Launch:
     buffers: tuple[int, ...]
     dynamic_shared: int = 0
     """Dynamic shared memory passed at launch (the kernel's limit raised to it first)."""
+    tensor_maps: tuple[tuple[int, ...], ...] = ()
+    """TMA tensor maps the loader encodes and passes after the buffers: (position in
+    ``buffers``, rows, cols, box rows, box cols) of a 2-d row-major operand."""
 
     def to_plain(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
                 "shared_bytes": self.shared_bytes, "dynamic_shared": self.dynamic_shared,
-                "buffers": list(self.buffers)}
+                "buffers": list(self.buffers),
+                "tensor_maps": [list(t) for t in self.tensor_maps]}
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> Launch:
@@ -82,16 +86,19 @@ class Launch:
         try:
             launch = Launch(str(d["kernel"]), tuple(int(x) for x in d["grid"]),
                             tuple(int(x) for x in d["block"]), int(d["shared_bytes"]),
-                            tuple(int(x) for x in d["buffers"]), int(d["dynamic_shared"]))
+                            tuple(int(x) for x in d["buffers"]), int(d["dynamic_shared"]),
+                            tuple(tuple(int(x) for x in t) for t in d["tensor_maps"]))
         except (TypeError, ValueError):
             raise WireFormatError("malformed launch table entry") from None
         if len(launch.grid) != 3 or len(launch.block) != 3:
             raise WireFormatError("a launch needs a 3-d grid and block")
+        if any(len(t) != 5 or not 0 <= t[0] < len(launch.buffers) for t in launch.tensor_maps):
+            raise WireFormatError("malformed tensor map in a launch")
         return launch
 
 
 _LAUNCH_FIELDS = frozenset({"kernel", "grid", "block", "shared_bytes", "dynamic_shared",
-                            "buffers"})
+                            "buffers", "tensor_maps"})
 
 
 def _buffers(entries: list[Any]) -> list[BufferSpec]:

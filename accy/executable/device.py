@@ -302,6 +302,53 @@ def local_arch() -> str | None:
     return f"sm_{cupy.cuda.Device().compute_capability}"
 
 
+_TMAP_DTYPES = {"bf16": 9, "f16": 6, "f32": 7}
+"""``CUtensorMapDataType`` of the element types a tensor map is made for."""
+_DRIVER: Any = None
+
+
+def _cuda_driver() -> Any:
+    """``libcuda`` through ctypes, for the one call CuPy does not wrap."""
+    global _DRIVER
+    if _DRIVER is None:
+        import ctypes
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
+        _DRIVER = lib
+    return _DRIVER
+
+
+def tensor_map(address: int, element: str, rows: int, cols: int, box_rows: int,
+               box_cols: int) -> np.void:
+    """A TMA tensor map (``CUtensorMap``, 128 bytes, passed to a kernel by value) of a
+    row-major ``rows`` × ``cols`` ``element`` matrix at device ``address``: tiles of
+    ``box_rows`` × ``box_cols``, 128-byte swizzle (the layout ``wgmma`` reads), L2
+    promotion of 128 bytes, zero fill out of bounds.
+
+    Raises
+    ------
+    FragmentLoadError
+        The driver refused the map (an address not 16-byte aligned, a box too big).
+    """
+    import ctypes
+
+    buf = np.zeros(192, np.uint8)
+    off = (-buf.ctypes.data) % 64  # CUtensorMap is 64-byte aligned
+    item = 4 if element == "f32" else 2
+    u64x2, u32x2 = ctypes.c_uint64 * 2, ctypes.c_uint32 * 2
+    err = _cuda_driver().cuTensorMapEncodeTiled(
+        ctypes.c_void_p(buf.ctypes.data + off), ctypes.c_int(_TMAP_DTYPES[element]),
+        ctypes.c_uint32(2), ctypes.c_void_p(address), u64x2(cols, rows),
+        (ctypes.c_uint64 * 1)(cols * item), u32x2(box_cols, box_rows), u32x2(1, 1),
+        ctypes.c_int(0), ctypes.c_int(3), ctypes.c_int(2), ctypes.c_int(0))
+    if err != 0:
+        raise FragmentLoadError(f"cannot make a tensor map of a {rows}x{cols} {element} "
+                                f"matrix at {address:#x} (CUresult {err})")
+    out: np.void = np.frombuffer(buf[off:off + 128].tobytes(), dtype="V128")[0]
+    return out
+
+
 _STATIC_SHARED_LIMIT = 48 * 1024
 """Shared memory a launch may pass without the kernel opting in."""
 _MAX_DYNAMIC_SHARED_ATTRIBUTE = 8

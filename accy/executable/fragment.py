@@ -52,6 +52,8 @@ class LoadedFragment:
         self.plan: FragmentPlan = compiled.plan
         self._lock = threading.Lock()
         self._arena: Any = None
+        self._tensor_maps: dict[tuple[int, ...], Any] = {}
+        self._buffer_elements = {b.id: b.dtype for b in self.plan.buffers}
         self.backend = backend_of(self.plan.target)
         """The target's backend: a host library (ctypes) or a CUDA module (CuPy)."""
         if not self.backend.needs_gpu:
@@ -194,9 +196,26 @@ class LoadedFragment:
 
     def _launch_cuda(self, views: dict[int, Any]) -> None:
         for launch in self.plan.launches:
-            self._module.launch(launch.kernel, launch.grid, launch.block,
-                                [views[i] for i in launch.buffers],
+            args = [views[i] for i in launch.buffers]
+            for t in launch.tensor_maps:
+                args.append(self._tensor_map(launch.buffers[t[0]], args[t[0]], t))
+            self._module.launch(launch.kernel, launch.grid, launch.block, args,
                                 shared_mem=launch.dynamic_shared)
+
+    def _tensor_map(self, buffer: int, view: Any, spec: tuple[int, ...]) -> Any:
+        """The TMA tensor map of ``view`` (buffer ``buffer``) that ``spec`` asks for, made
+        once per device address (a small cache: arrays are usually reused)."""
+        key = (view.data.ptr,) + tuple(spec)
+        hit = self._tensor_maps.get(key)
+        if hit is None:
+            from accy.executable.device import tensor_map
+
+            element = self._buffer_elements[buffer]
+            hit = tensor_map(view.data.ptr, element, *spec[1:])
+            if len(self._tensor_maps) >= 64:
+                self._tensor_maps.pop(next(iter(self._tensor_maps)))
+            self._tensor_maps[key] = hit
+        return hit
 
 
 def load_fragment(compiled: CompiledFragment, workspace: str | None = None) -> \

@@ -122,16 +122,23 @@ class MemoryOptions:
         _positive("memory.alignment", self.alignment, power_of_two=True, at_most=4096)
 
 
-WGMMA_TILE_M, WGMMA_TILE_K = 128, 64
-"""The warpgroup matmul's block rows (two warpgroups of 64) and depth per stage (one
-128-byte swizzle row of halves)."""
+WGMMA_TILE_K = 64
+"""The warpgroup matmul's depth per stage: one 128-byte swizzle row of halves."""
 
 
-def wgmma_shared_bytes(tile_n: int, stages: int) -> int:
+def wgmma_shared_bytes(tile_m: int, tile_n: int, stages: int) -> int:
     """Dynamic shared memory of a warpgroup matmul: ``stages`` A and B tiles of halves,
-    plus 1 KB to align the first to the 1024-byte swizzle atom."""
-    return stages * (WGMMA_TILE_M + tile_n) * WGMMA_TILE_K * 2 + 1024
+    1 KB to align the first to the 1024-byte swizzle atom, two mbarriers a stage."""
+    return stages * (tile_m + tile_n) * WGMMA_TILE_K * 2 + 1024 + 16 * stages
 
+
+def wgmma_tiles(tile_m: int, tile_n: int, m: int, n: int, batch: int) -> tuple[int, int]:
+    """The block tile a warpgroup matmul of ``batch`` × ``m`` × ``n`` outputs uses:
+    the options', where ``tile_n`` 0 picks 256 columns when that still makes 128 blocks
+    (a wave of the GPU's SMs), else 128."""
+    if tile_n == 0:
+        tile_n = 128 if tile_m == 256 or batch * (m // tile_m) * (n // 256) < 128 else 256
+    return tile_m, tile_n
 
 @dataclass(frozen=True)
 class KernelOptions:
@@ -181,11 +188,14 @@ class KernelOptions:
     on ``wgmma.mma_async`` (two warpgroups of 128 threads, operands read by the tensor
     cores straight from 128-byte-swizzled shared memory); off: the ``mma.sync`` tiles
     above. The fragment is then compiled for ``sm_90a`` (arch-specific features)."""
-    wgmma_tile_n: int = 128
-    """Warpgroup tile width: a block computes 128 × ``wgmma_tile_n`` outputs (128 or
-    256), 64 deep per stage."""
+    wgmma_tile_m: int = 128
+    wgmma_tile_n: int = 0
+    """Warpgroup block tile: ``wgmma_tile_m`` × ``wgmma_tile_n`` outputs (128 or 256
+    each, not both 256), 64 deep per stage; two consumer warpgroups share it by rows.
+    ``wgmma_tile_n`` 0 picks by shape: 256 while the grid still has a wave of blocks
+    (128), else 128."""
     wgmma_stages: int = 4
-    """Shared-memory stages of the warpgroup pipeline (3–6, as shared memory allows)."""
+    """Shared-memory stages of the warpgroup pipeline (2–6, as shared memory allows)."""
 
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
@@ -196,11 +206,17 @@ class KernelOptions:
             raise OptionError(f"kernel.mma_tile_k must be 32 or 64, got {self.mma_tile_k}")
         if self.stages not in (2, 3, 4):
             raise OptionError(f"kernel.stages must be 2, 3 or 4, got {self.stages}")
-        if self.wgmma_tile_n not in (128, 256):
-            raise OptionError(f"kernel.wgmma_tile_n must be 128 or 256, got "
+        if self.wgmma_tile_m not in (128, 256):
+            raise OptionError(f"kernel.wgmma_tile_m must be 128 or 256, got "
+                              f"{self.wgmma_tile_m}")
+        if self.wgmma_tile_n not in (0, 128, 256):
+            raise OptionError(f"kernel.wgmma_tile_n must be 0 (by shape), 128 or 256, got "
                               f"{self.wgmma_tile_n}")
-        if not 3 <= self.wgmma_stages <= 6:
-            raise OptionError(f"kernel.wgmma_stages must be 3 to 6, got {self.wgmma_stages}")
+        if self.wgmma_tile_m == 256 and self.wgmma_tile_n == 256:
+            raise OptionError("kernel.wgmma_tile_m and kernel.wgmma_tile_n cannot both be "
+                              "256 (256 accumulators a thread)")
+        if not 2 <= self.wgmma_stages <= 6:
+            raise OptionError(f"kernel.wgmma_stages must be 2 to 6, got {self.wgmma_stages}")
         if self.block_size < 32:
             raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
         if self.vector_width not in (1, 2, 4):
@@ -236,16 +252,18 @@ class KernelOptions:
 
     @property
     def wgmma_shared_bytes(self) -> int:
-        """Dynamic shared memory a warpgroup matmul of these tiles and stages uses (128-row
-        A and ``wgmma_tile_n``-column B tiles of 64 halves, 1 KB for alignment)."""
-        return wgmma_shared_bytes(self.wgmma_tile_n, self.wgmma_stages)
+        """Dynamic shared memory a warpgroup matmul of these tiles and stages uses at most
+        (``wgmma_tile_n`` 0 counted as 256 columns unless the rows are 256)."""
+        n = self.wgmma_tile_n or (128 if self.wgmma_tile_m == 256 else 256)
+        return wgmma_shared_bytes(self.wgmma_tile_m, n, self.wgmma_stages)
 
     def check_target(self, backend: Backend) -> None:
         """The options fit the target's limits (shared memory)."""
         if self.wgmma and backend.wgmma and \
                 self.wgmma_shared_bytes > backend.max_dynamic_shared_bytes:
-            raise OptionError(f"kernel.wgmma_stages={self.wgmma_stages} of 128×"
-                              f"{self.wgmma_tile_n}×64 warpgroup tiles needs "
+            n = self.wgmma_tile_n or (128 if self.wgmma_tile_m == 256 else 256)
+            raise OptionError(f"kernel.wgmma_stages={self.wgmma_stages} of "
+                              f"{self.wgmma_tile_m}×{n}×64 warpgroup tiles needs "
                               f"{self.wgmma_shared_bytes} bytes of shared memory (at most "
                               f"{backend.max_dynamic_shared_bytes} on {backend.name})")
         if self.tensor_cores and self.mma_shared_bytes > backend.max_shared_bytes:

@@ -89,7 +89,8 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           (o.mma_tile_m, o.mma_tile_n, o.mma_tile_k), o.stages,
                           options.target.backend.sm_number,
                           wgmma=o.wgmma and options.target.backend.wgmma,
-                          wgmma_tile_n=o.wgmma_tile_n, wgmma_stages=o.wgmma_stages,
+                          wgmma_tile=(o.wgmma_tile_m, o.wgmma_tile_n),
+                          wgmma_stages=o.wgmma_stages,
                           ffma_tiles=o.ffma_tiles,
                           ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k)),)
 

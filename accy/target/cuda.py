@@ -87,6 +87,15 @@ HELPERS = {
 }""",
     # a wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading
     # and stride byte offsets, each in 16-byte units (PTX ISA, "Matrix Descriptor Format")
+    # a TMA tensor map as the loader encodes it (CUtensorMap: 128 opaque bytes), and a
+    # wait on an mbarrier's phase of the given parity
+    "accy_mbar_wait": r"""struct __align__(64) accy_tmap { unsigned long long w[16]; };
+__device__ __forceinline__ void accy_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+}""",
     "accy_wgmma_desc": r"""__device__ __forceinline__ unsigned long long accy_wgmma_desc(
     unsigned addr, unsigned lead, unsigned stride) {
   return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lead >> 4) << 16)
@@ -833,117 +842,155 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _wgmma_call(instr: str, n_acc: int) -> str:
-    """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into ``d[0..n_acc)``: A
+def _wgmma_call(instr: str, acc: str, n_acc: int) -> str:
+    """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into ``acc[0..n_acc)``: A
     K-major, B N-major (transposed: the ``[K, N]`` row-major operand), accumulating."""
     regs = ",".join(f"%{i}" for i in range(n_acc))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n_acc))
+    outs = ", ".join(f'"+f"({acc}[{i}])' for i in range(n_acc))
     return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n_acc + 2}, 0;\\n'
             f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %{n_acc}, %{n_acc + 1}, '
             f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"(da), "l"(db), "r"(1));')
 
 
-def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
-    """The ``wgmma-tiled`` plan: Hopper warpgroup tensor cores fed by ``cp.async``.
+def _tma_load(dst: str, tmap: str, x: str, y: str) -> str:
+    """The TMA copy of the box at column ``x``, row ``y`` of tensor map ``tmap`` to shared
+    address ``dst``, counted in by the stage's ``full`` mbarrier."""
+    return ('asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.'
+            'mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: '
+            f'"r"({dst}), "l"({tmap}), "r"({x}), "r"({y}), "r"(full) : "memory");')
 
-    A block of two warpgroups computes ``tile`` = 128 × N outputs, each warpgroup 64
-    rows by ``wgmma.mma_async`` (``plan.mma``, m64nNk16) four times a 64-deep stage.
-    Operands sit in dynamic shared memory in the 128-byte swizzle the tensor cores
-    read: A K-major (a 128-byte row of 64 halves a row of M, 16-byte chunk ``c`` of
-    row ``r`` at ``c ^ (r % 8)``, 1024 bytes an 8-row atom), B N-major (64-column
-    slabs of 64 rows × 128 bytes, the same XOR by k row). ``stages`` tiles are in
-    flight: a stage is refilled two iterations after it was read, once every
-    warpgroup's ``wgmma.wait_group 1`` has retired that read. Then the epilogue at
-    every accumulator's (m, n) (the ``mma.sync`` C-fragment layout, per 8 columns).
+
+def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``wgmma-tiled`` plan: Hopper warpgroups, the operands brought by the TMA.
+
+    A block is one producer warpgroup and ``warps[0]`` consumer warpgroups. The
+    producer's first thread loads each 64-deep stage of A (``tile[0]`` rows × 64) and
+    B (``tile[1]`` columns in 64-column slabs × 64 rows) with
+    ``cp.async.bulk.tensor`` through the launch's tensor maps (``tensor_maps``: the
+    loader encodes them, 128-byte swizzle), into one of ``stages`` shared buffers,
+    and the stage's ``full`` mbarrier counts the bytes in. Each consumer waits on it,
+    runs ``wgmma.mma_async`` (``plan.mma``: m64nNk16) on its ``warps[1]`` 64-row
+    slices, and once ``wgmma.wait_group 1`` has retired the previous stage's reads it
+    arrives on that stage's ``empty`` mbarrier, which the producer waits on before
+    refilling it. Shared layout: A K-major (a 128-byte row of 64 halves a row of M,
+    16-byte chunk ``c`` of row ``r`` at ``c ^ (r % 8)``: the TMA's 128-byte swizzle),
+    B N-major (64 rows × 128 bytes a slab, the same swizzle). Then the epilogue at
+    every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout).
     """
     ins, outs, params = _params(k)
     plan = k.plan
     tm, tn, tk = plan.tile
+    consumers, per = plan.warps
     st = plan.stages
     threads = plan.block[0]
     dims = MatmulDims.of(k)
-    mm, batch_shape, m_, n_, k_ = dims.op, dims.batch, dims.m, dims.n, dims.k
+    mm, batch_shape, m_, k_ = dims.op, dims.batch, dims.m, dims.k
     el = dims.element
-    a_in, b_in = (ins[v.index] for v in mm.operands)  # type: ignore[attr-defined]  # block arguments
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
     a_bytes, b_bytes = tm * tk * 2, tk * tn * 2
     stage = a_bytes + b_bytes
-    ahead = st - 2  # tiles loaded ahead of the one the tensor cores read
     n_acc = tn // 2
-    bc = tn // 8  # 16-byte chunks a B row
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+    # No setmaxnreg: 128 accumulators a thread fit the 168 registers 384 threads allow, and
+    # on the H200 moving registers to the consumers gave wrong f16 results whenever the K
+    # loop was unrolled whole (K of 128 or 256: the diagnosis is in RESULTS.md)
+    params = params + [f"const __grid_constant__ accy_tmap tmap{i}"
+                       for i in range(len(plan.tensor_maps) // 5)]
+    lines = [f"extern \"C\" __global__ void __launch_bounds__({threads}, 1) "
              f"{k.sym_name}({', '.join(params)}) {{",
              "  extern __shared__ unsigned char smem_raw[];",
              "  const unsigned base = ((unsigned)__cvta_generic_to_shared(smem_raw) + 1023u) "
              "& ~1023u;",
+             f"  const unsigned bars = base + {st * stage};  // full[s], then empty[s]",
              "  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, "
              "wq = (tid >> 5) & 3;",
-             f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
-             f" * {tn};",
+             f"  const int m0 = blockIdx.y * {tm}, n0 = blockIdx.x * {tn};",
              "  const long long bz = blockIdx.z;"]
     if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
         lines.append("  if (bz >= 0) return;")
     pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
     lines += ["  " + p for p in pre]
-    lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
-              f"  const unsigned short* Bg = {b_in} + bz * {k_ * n_}LL + n0;",
-              f"  float d[{n_acc}];",
-              "  #pragma unroll",
-              f"  for (int i = 0; i < {n_acc}; ++i) d[i] = 0.0f;",
-              "  auto load_tile = [&](int s, int kt) {",
-              f"    const unsigned a = base + s * {stage}, b = a + {a_bytes};",
-              "    #pragma unroll",
-              f"    for (int q = 0; q < {tm * 8 // threads}; ++q) {{",
-              f"      const int e = tid + q * {threads}, r = e >> 3, c = e & 7;",
-              "      const unsigned dst = a + r * 128 + ((c ^ (r & 7)) << 4);",
-              "      asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
-              f"\"l\"(Ag + (long long)r * {k_} + (long long)kt * {tk} + c * 8));",
+    lines += [f"  const int kts = {k_ // tk};",
+              "  if (tid == 0) {",
+              f"    for (int s = 0; s < {st}; ++s) {{",
+              "      asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: "
+              "\"r\"(bars + 8 * s));",
+              f"      asm volatile(\"mbarrier.init.shared::cta.b64 [%0], {consumers};\" :: "
+              f"\"r\"(bars + 8 * ({st} + s)));",
               "    }",
-              "    #pragma unroll",
-              f"    for (int q = 0; q < {tk * bc // threads}; ++q) {{",
-              f"      const int e = tid + q * {threads}, r = e / {bc}, cn = e % {bc}, "
-              "c = cn & 7;",
-              f"      const unsigned dst = b + (cn >> 3) * {tk * 128} + r * 128 + "
-              "((c ^ (r & 7)) << 4);",
-              "      asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), "
-              f"\"l\"(Bg + ((long long)kt * {tk} + r) * {n_} + cn * 8));",
-              "    }",
-              "  };",
-              f"  const int kts = {k_ // tk};",
-              "  #pragma unroll",
-              f"  for (int s = 0; s < {ahead}; ++s) {{",
-              "    if (s < kts) load_tile(s, s);",
-              "    asm volatile(\"cp.async.commit_group;\" ::);",
+              "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");",
               "  }",
-              "  for (int kt = 0; kt < kts; ++kt) {",
-              f"    asm volatile(\"cp.async.wait_group {ahead - 1};\" ::);",
-              "    asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");",
-              "    __syncthreads();",
-              f"    if (kt + {ahead} < kts) load_tile((kt + {ahead}) % {st}, kt + {ahead});",
-              "    asm volatile(\"cp.async.commit_group;\" ::);",
-              f"    const unsigned a = base + (kt % {st}) * {stage}, b = a + {a_bytes};",
-              "    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");",
-              "    #pragma unroll",
-              f"    for (int j = 0; j < {tk // 16}; ++j) {{",
-              "      const unsigned long long da = accy_wgmma_desc(a + wg * 8192 + j * 32, 16, 1024);",
-              f"      const unsigned long long db = accy_wgmma_desc(b + j * 2048, {tk * 128}, 1024);",
-              f"      {_wgmma_call(plan.mma, n_acc)}",
+              "  __syncthreads();",
+              "  if (wg == 0) {  // the producer",
+              "    if (tid == 0) {",
+              "      const unsigned long long ta = reinterpret_cast<unsigned long long>(&tmap0);",
+              "      const unsigned long long tb = reinterpret_cast<unsigned long long>(&tmap1);",
+              "      for (int kt = 0; kt < kts; ++kt) {",
+              f"        const int s = kt % {st};",
+              f"        const unsigned full = bars + 8 * s, empty = bars + 8 * ({st} + s);",
+              f"        accy_mbar_wait(empty, ((kt / {st}) & 1) ^ 1);",
+              "        asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], "
+              f"{stage};\" :: \"r\"(full) : \"memory\");",
+              f"        const unsigned a = base + s * {stage}, b = a + {a_bytes};",
+              "        " + _tma_load("a", "ta", f"kt * {tk}", f"(int)bz * {m_} + m0"),
+              "        #pragma unroll",
+              f"        for (int nb = 0; nb < {tn // 64}; ++nb)",
+              "          " + _tma_load(f"b + nb * {tk * 128}", "tb", "n0 + nb * 64",
+                                        f"(int)bz * {k_} + kt * {tk}"),
+              "      }",
               "    }",
-              "    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
-              "    asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
-              "  }",
-              "  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
+              "  } else {  // a consumer",
+              "    const int cw = wg - 1;",
+              f"    float d[{per}][{n_acc}];",
+              "    #pragma unroll",
+              f"    for (int mt = 0; mt < {per}; ++mt)",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {n_acc}; ++i) d[mt][i] = 0.0f;",
+              "    for (int kt = 0; kt < kts; ++kt) {",
+              f"      const int s = kt % {st};",
+              f"      accy_mbar_wait(bars + 8 * s, (kt / {st}) & 1);",
+              f"      const unsigned a = base + s * {stage}, b = a + {a_bytes};",
+              "      asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");",
+              "      #pragma unroll",
+              f"      for (int j = 0; j < {tk // 16}; ++j) {{",
+              f"        const unsigned long long db = accy_wgmma_desc(b + j * 2048, {tk * 128}, "
+              "1024);",
+              "        #pragma unroll",
+              f"        for (int mt = 0; mt < {per}; ++mt) {{",
+              f"          const unsigned long long da = accy_wgmma_desc(a + (cw * {per} + mt) * "
+              "8192 + j * 32, 16, 1024);",
+              f"          {_wgmma_call(plan.mma, 'd[mt]', n_acc)}",
+              "        }",
+              "      }",
+              "      asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
+              "      asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
+              "      if (kt > 0 && (tid & 127) == 0)  // the previous stage's reads are done",
+              "        asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: "
+              f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
+              "    }",
+              "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
+              # the accumulators are written asynchronously: without this fence (a volatile
+              # asm that redefines them, after the wait) the compiler may read them for the
+              # epilogue before the wait (seen on the H200: f16, fully unrolled K loops)
+              "    #pragma unroll",
+              f"    for (int mt = 0; mt < {per}; ++mt)",
+              "      #pragma unroll",
+              f"      for (int i = 0; i < {n_acc}; ++i) asm volatile(\"\" : \"+f\"(d[mt][i]) :: "
+              "\"memory\");"]
     ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
     # accumulator 4j + h: row lane/4 (+8 for h >= 2) of the warp's 16, columns 8j + 2(lane%4)
-    lines += ["  #pragma unroll",
-              f"  for (int j = 0; j < {tn // 8}; ++j) {{",
-              "    #pragma unroll",
-              "    for (int h = 0; h < 4; ++h) {",
-              "      const long long m = m0 + wg * 64 + wq * 16 + (lane >> 2) + (h >> 1) * 8;",
-              "      const long long n = n0 + j * 8 + (lane & 3) * 2 + (h & 1);",
-              f"      const float accv = {round_compute('d[4 * j + h]', el)};",
-              *("      " + s for s in ep.lines + stores),
-              "    }",
+    lines += ["    #pragma unroll",
+              f"    for (int mt = 0; mt < {per}; ++mt)",
+              "      #pragma unroll",
+              f"      for (int j = 0; j < {tn // 8}; ++j) {{",
+              "        #pragma unroll",
+              "        for (int h = 0; h < 4; ++h) {",
+              f"          const long long m = m0 + (cw * {per} + mt) * 64 + wq * 16 + (lane >> 2) "
+              "+ (h >> 1) * 8;",
+              "          const long long n = n0 + j * 8 + (lane & 3) * 2 + (h & 1);",
+              f"          const float accv = {round_compute('d[mt][4 * j + h]', el)};",
+              *("          " + s for s in ep.lines + stores),
+              "        }",
+              "      }",
               "  }",
               "}"]
     return "\n".join(lines), b.tables

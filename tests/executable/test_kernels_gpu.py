@@ -143,8 +143,9 @@ def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
     assert err <= TOLERANCE["bf16"], err
 
 
-@pytest.mark.parametrize("opts", [(), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=3",),
-                                  ("kernel.wgmma_stages=6",),
+@pytest.mark.parametrize("opts", [(), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=2",),
+                                  ("kernel.wgmma_stages=6", "kernel.wgmma_tile_n=128"),
+                                  ("kernel.wgmma_tile_m=256", "kernel.wgmma_stages=3"),
                                   ("kernel.wgmma_tile_n=256", "kernel.wgmma_stages=3")])
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_warpgroup_variants(element: str, opts) -> None:  # type: ignore[no-untyped-def]
@@ -153,7 +154,7 @@ def test_warpgroup_variants(element: str, opts) -> None:  # type: ignore[no-unty
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
     from test_cuda_kernels import matmul
 
-    for (m, n, k, batch) in ((256, 512, 640, ()), (128, 256, 64, (2,)), (384, 768, 128, ())):
+    for (m, n, k, batch) in ((256, 512, 640, ()), (256, 256, 64, (2,)), (768, 768, 128, ())):
         rng = np.random.default_rng(m + n + k)
         arrays = [rng.standard_normal(s).astype(np.float32)
                   for s in [batch + (m, k), batch + (k, n), (n,)]]

@@ -145,25 +145,49 @@ def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
     assert "mma.sync" not in text and "ldmatrix" not in text
     assert "extern __shared__ unsigned char smem_raw[];" in text
     assert "accy_wgmma_desc(b + j * 2048, 8192, 1024)" in text  # B: 64-column slabs
-    assert "wgmma.wait_group.sync.aligned 1;" in text and "cp.async.wait_group 1;" in text
-    # compiled for the arch-specific target; the launch passes its shared memory
+    assert "wgmma.wait_group.sync.aligned 1;" in text
+    assert text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == 2  # A, B slabs
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in text
+    # compiled for the arch-specific target; the launch passes its shared memory and
+    # names the tensor maps the loader makes: A as 256×128 in 128×64 boxes, B 128×256
     assert job.module.attributes["target.arch"].value == "sm_90a"
-    launch = job.module.attributes["target.launches"].values[0]
-    assert dict(launch.entries)["dynamic_shared"].value == 4 * (128 + 128) * 64 * 2 + 1024
+    launch = dict(job.module.attributes["target.launches"].values[0].entries)
+    assert launch["dynamic_shared"].value == 4 * (128 + 128) * 64 * 2 + 1024 + 16 * 4
+    assert [t.values for t in launch["tensor_maps"].values] == [(0, 256, 128, 128, 64),
+                                                                (1, 128, 256, 64, 64)]
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
     with pytest.raises(Exception, match="wgmma"):
         compile_cuda(text, "sm_90")  # what sm_90a is for
 
 
 @pytest.mark.parametrize("opts", [
-    (), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=3",),
-    ("kernel.wgmma_tile_n=256", "kernel.wgmma_stages=4"), ("kernel.wgmma_stages=6",)])
+    (), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=2",),
+    ("kernel.wgmma_tile_m=256", "kernel.wgmma_stages=4"),
+    ("kernel.wgmma_stages=6", "kernel.wgmma_tile_n=128")])
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
-    text = source(matmul(128, 256, 192, element, (2,), epilogue=True), {}, opts)
+    job = target_job(matmul(256, 256, 192, element, (2,), epilogue=True), {}, opts)
+    text = job.module.attributes["target.source"].value
     n = 256 if "kernel.wgmma_tile_n=256" in opts else 128
-    assert f"m64n{n}k16" in text and "bz * 49152LL" in text  # batch 2: A is 128×192
+    per = 2 if "kernel.wgmma_tile_m=256" in opts else 1
+    assert f"m64n{n}k16" in text and f"float d[{per}][{n // 2}];" in text
+    assert "setmaxnreg" not in text  # wrong f16 results on the H200 with unrolled K loops
+    assert "(int)bz * 256 + m0" in text and "(int)bz * 192 + kt * 64" in text  # batch 2
+    launch = dict(job.module.attributes["target.launches"].values[0].entries)
+    assert launch["tensor_maps"].values[0].values == (0, 512, 192, 128 * per, 64)
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
+
+
+def test_warpgroup_tile_width_follows_the_shape() -> None:
+    """``wgmma_tile_n`` 0: 256 columns while the grid keeps a wave of 128 blocks."""
+    from accy.preparation.options import wgmma_tiles
+
+    assert wgmma_tiles(128, 0, 4096, 4096, 1) == (128, 256)  # 32 × 16 blocks
+    assert wgmma_tiles(128, 0, 2048, 2048, 1) == (128, 256)  # 16 × 8: still a wave
+    assert wgmma_tiles(128, 0, 2048, 1024, 1) == (128, 128)  # 16 × 4 would be too few
+    assert wgmma_tiles(128, 0, 2048, 1024, 2) == (128, 256)
+    assert wgmma_tiles(256, 0, 4096, 4096, 1) == (256, 128)
+    assert wgmma_tiles(128, 128, 4096, 4096, 1) == (128, 128)
 
 
 def test_shapes_off_the_warpgroup_tiles_fall_back_to_mma_sync() -> None:
@@ -185,13 +209,15 @@ def test_warpgroup_shared_memory_is_checked_against_the_target() -> None:
     with pytest.raises(OptionError, match="kernel.wgmma_stages=5 of 128×256×64"):
         RunOptions.parse(CUDA, ["kernel.wgmma_tile_n=256", "kernel.wgmma_stages=5"])
     RunOptions.parse("cuda:sm_80", ["kernel.wgmma_tile_n=256", "kernel.wgmma_stages=5"])
-    with pytest.raises(OptionError, match="kernel.wgmma_tile_n must be 128 or 256"):
+    with pytest.raises(OptionError, match="kernel.wgmma_tile_n must be 0 .by shape., 128 or 256"):
         RunOptions.parse(CUDA, ["kernel.wgmma_tile_n=64"])
 
 
 def test_the_mlp_block_in_bf16_runs_both_matmuls_on_warpgroups() -> None:
     text = source(graph("mlp", "bf16"), {0: (4096, 256)})
-    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 2
+    # 4096×1024 in 128×256 blocks (128 of them), 4096×256 in 128×128 (64)
+    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 1
+    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 1
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
 
 

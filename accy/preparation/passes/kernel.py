@@ -50,7 +50,12 @@ from accy.choir.passes import Pass, PassContext
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelYieldOp, LaunchOp
 from accy.dialects.memory import buffer_plan
-from accy.preparation.options import WGMMA_TILE_K, WGMMA_TILE_M, KernelOptions, wgmma_shared_bytes
+from accy.preparation.options import (
+    WGMMA_TILE_K,
+    KernelOptions,
+    wgmma_shared_bytes,
+    wgmma_tiles,
+)
 from accy.preparation.passes.memory import IDENTITY_READERS
 
 MAX_GRID_BLOCKS = 4096
@@ -220,7 +225,7 @@ class PlanKernels(Pass):
     wgmma: bool = False
     """bf16/f16 matmuls whose shapes divide the warpgroup tiles run on ``wgmma`` (the
     option, where the backend has it: sm_90)."""
-    wgmma_tile_n: int = KernelOptions.wgmma_tile_n
+    wgmma_tile: tuple[int, int] = (KernelOptions.wgmma_tile_m, KernelOptions.wgmma_tile_n)
     wgmma_stages: int = KernelOptions.wgmma_stages
     ffma_tiles: bool = KernelOptions.ffma_tiles
     ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
@@ -351,13 +356,17 @@ class PlanKernels(Pass):
         batch = math.prod(out[:-2]) if len(out) > 2 else 1
         if not _vector_aligned(region, offsets, 4):
             return None
-        wn = self.wgmma_tile_n
-        if self.wgmma and not (m % WGMMA_TILE_M or n % wn or k % WGMMA_TILE_K):
-            return {"mapping": "wgmma-tiled", "block": (256, 1, 1),
-                    "grid": (n // wn, m // WGMMA_TILE_M, batch), "vector_width": 8,
-                    "dynamic_shared": wgmma_shared_bytes(wn, self.wgmma_stages),
-                    "tile": (WGMMA_TILE_M, wn, WGMMA_TILE_K), "warps": (2, 1),
-                    "stages": self.wgmma_stages,
+        wm, wn = wgmma_tiles(*self.wgmma_tile, m, n, batch)
+        if self.wgmma and not (m % wm or n % wn or k % WGMMA_TILE_K):
+            # the TMA reads A as [batch·M, K] and B as [batch·K, N] (no tile straddles a
+            # batch): a map is (launch-buffer position, rows, cols, box rows, box cols)
+            maps = (a.index, batch * m, k, wm, WGMMA_TILE_K,  # type: ignore[attr-defined]
+                    b.index, batch * k, n, WGMMA_TILE_K, 64)  # type: ignore[attr-defined]
+            return {"mapping": "wgmma-tiled", "block": (384, 1, 1),
+                    "grid": (n // wn, m // wm, batch), "vector_width": 8,
+                    "dynamic_shared": wgmma_shared_bytes(wm, wn, self.wgmma_stages),
+                    "tile": (wm, wn, WGMMA_TILE_K), "warps": (2, wm // 128),
+                    "stages": self.wgmma_stages, "tensor_maps": maps,
                     "mma": f"m64n{wn}k16.f32.{kind}.{kind}"}
         tm, tn, tk = self.mma_tile
         if m % tm or n % tn or k % tk:

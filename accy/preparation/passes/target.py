@@ -4,8 +4,8 @@ The product (a ``TargetJob``) keeps the kernel IR and adds, on the module:
 ``target.target``, ``target.language`` (``cuda`` or ``c``), ``target.source``
 (one translation unit), ``target.arch`` (what it compiles for: the target's
 arch, or its arch-specific variant ``sm_90a`` when a kernel needs one),
-``target.launches`` (kernel, grid, block, static and dynamic shared bytes and
-buffer ids, in order), ``target.buffers`` and ``target.arena_bytes`` (the
+``target.launches`` (kernel, grid, block, static and dynamic shared bytes,
+buffer ids and the TMA tensor maps the loader makes, in order), ``target.buffers`` and ``target.arena_bytes`` (the
 memory plan of the entry function). The compile step reads nothing else.
 """
 
@@ -119,6 +119,9 @@ class EmitSource(Pass):
                 ("block", DenseArrayAttr(k.plan.block)),
                 ("shared_bytes", IntegerAttr(k.plan.shared_bytes)),
                 ("dynamic_shared", IntegerAttr(k.plan.dynamic_shared)),
+                ("tensor_maps", ArrayAttr(tuple(
+                    DenseArrayAttr(k.plan.tensor_maps[i:i + 5])
+                    for i in range(0, len(k.plan.tensor_maps), 5)))),
                 ("buffers", DenseArrayAttr(ins.values + outs.values)),
             )))
         module.attributes["target.target"] = StringAttr(self.target)
