@@ -459,6 +459,15 @@ class _RowEmitter:
                                    f"{store_convert(vals[0], el)};")
 
 
+def _batch_prologue(batch_shape: tuple[int, ...]) -> tuple[list[str], tuple[str, ...]]:
+    """The lines that start a matmul block on batch ``bz`` (``blockIdx.z``) — it returns at
+    once when the batch is empty: the launch's one block has nothing to do — and the
+    names of the batch indices they define."""
+    lines = ["  if (bz >= 0) return;"] if 0 in batch_shape else []
+    pre, names = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
+    return lines + ["  " + p for p in pre], tuple(names)
+
+
 def _matmul_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[str],
                      bnames: tuple[str, ...]) -> tuple[Scope, list[str]]:
     """The fused epilogue at output element (batch…, m, n), the matmul's value bound to
@@ -640,10 +649,8 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
              f" * {tn};",
              "  const long long bz = blockIdx.z;"]
-    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
-        lines.append("  if (bz >= 0) return;")
-    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
-    lines += ["  " + p for p in pre]
+    pre, bnames = _batch_prologue(batch_shape)
+    lines += pre
     lines += [f"  {ct} acc[{mt_m}][{mt_n}];",
               "  #pragma unroll",
               f"  for (int i = 0; i < {mt_m}; ++i) {{",
@@ -755,10 +762,8 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              f"  const long long m0 = (long long)blockIdx.y * {tm}, n0 = (long long)blockIdx.x"
              f" * {tn};",
              "  const long long bz = blockIdx.z;"]
-    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
-        lines.append("  if (bz >= 0) return;")
-    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
-    lines += ["  " + p for p in pre]
+    pre, bnames = _batch_prologue(batch_shape)
+    lines += pre
     lines += [f"  const unsigned short* Ag = {a_in} + bz * {m_ * k_}LL + m0 * {k_};",
               f"  const unsigned short* Bg = {b_in} + bz * {k_ * n_}LL + n0;",
               "  const unsigned as0 = (unsigned)__cvta_generic_to_shared(&As[0][0]);",
@@ -905,10 +910,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              "wq = (tid >> 5) & 3;",
              f"  const int m0 = blockIdx.y * {tm}, n0 = blockIdx.x * {tn};",
              "  const long long bz = blockIdx.z;"]
-    if 0 in batch_shape:  # an empty batch: the one block of the launch has nothing to do
-        lines.append("  if (bz >= 0) return;")
-    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
-    lines += ["  " + p for p in pre]
+    pre, bnames = _batch_prologue(batch_shape)
+    lines += pre
     lines += [f"  const int kts = {k_ // tk};",
               "  if (tid == 0) {",
               f"    for (int s = 0; s < {st}; ++s) {{",
@@ -968,9 +971,9 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
               "    }",
               "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
-              # the accumulators are written asynchronously: without this fence (a volatile
-              # asm that redefines them, after the wait) the compiler may read them for the
-              # epilogue before the wait (seen on the H200: f16, fully unrolled K loops)
+              # the accumulators are written asynchronously, behind the compiler's back: a
+              # volatile asm that redefines each after the wait keeps the epilogue's reads
+              # after it (as CUTLASS fences its accumulator operands)
               "    #pragma unroll",
               f"    for (int mt = 0; mt < {per}; ++mt)",
               "      #pragma unroll",
