@@ -276,6 +276,34 @@ def test_a_wrong_variant_is_reported_and_never_chosen(tmp_path: Path,
     assert choice is not None and choice.variant == group["winner"]
 
 
+def test_a_groups_arguments_are_prepared_once(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant of a group times on one set of arguments in storage form (made by
+    the first variant's ``prepare``), each with fresh result buffers."""
+    from accy.executable.fragment import LoadedFragment
+
+    calls = {"prepare": 0, "results": 0}
+    prepare, allocate = LoadedFragment.prepare, LoadedFragment.allocate_results
+
+    def counting_prepare(self, inputs):  # type: ignore[no-untyped-def]
+        calls["prepare"] += 1
+        return prepare(self, inputs)
+
+    def counting_results(self):  # type: ignore[no-untyped-def]
+        calls["results"] += 1
+        return allocate(self)
+
+    monkeypatch.setattr(LoadedFragment, "prepare", counting_prepare)
+    monkeypatch.setattr(LoadedFragment, "allocate_results", counting_results)
+    variants = load_sweep(sweep(tmp_path, rows=4, cols=512))
+    with cluster() as client:
+        result = tune(client, variants, store_url=str(tmp_path / "store"), reps=2, check=0)
+    [group] = result.groups
+    timed = [v for v in group["variants"] if "median_s" in v]
+    assert len(timed) > 1 and calls["prepare"] == 1
+    assert calls["results"] == len(timed) + 1  # one per variant, one in that prepare
+
+
 def test_a_variant_that_fails_to_compile_is_reported_and_not_chosen(tmp_path: Path) -> None:
     """rmsnorm's argument is ?x4096: a 4x512 binding fails its contract stage."""
     bad = Variant(RMSNORM, "host", {0: (4, 512)}, {"kernel.vector_width": 2})

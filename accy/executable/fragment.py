@@ -171,9 +171,18 @@ class LoadedFragment:
             xp = cupy
         else:
             inputs = [np.asarray(a) for a in inputs]
-        args = self._prepare(xp, inputs)
-        results = [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
-        return args, results
+        return self._prepare(xp, inputs), self.allocate_results()
+
+    def allocate_results(self) -> list[Any]:
+        """Fresh result buffers for :meth:`launch_all` (CuPy on CUDA, NumPy on the host):
+        what another fragment of the same signature needs besides arguments
+        :meth:`prepare` made once (``accy tune`` times a group's variants on one set)."""
+        xp: Any = np
+        if self.backend.needs_gpu:
+            import cupy
+
+            xp = cupy
+        return [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
 
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
         """Run the launch table on arrays already prepared (:meth:`prepare`): CuPy
