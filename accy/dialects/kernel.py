@@ -33,7 +33,7 @@ MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "t
             "ffma-tiled", "mma-tiled", "wgmma-tiled", "loop")
 KINDS = ("elementwise", "rows", "matmul")
 ARCH_SPECIFIC_MAPPINGS = frozenset({"wgmma-tiled"})
-"""Mappings whose kernels compile only for an arch-specific target (``sm_90a``)."""
+"""Mappings whose kernels compile only for an arch-specific target (``cuda:sm_90a``)."""
 FFMA_A_PAD = 4
 """``ffma-tiled``: floats after each k-row of the transposed A tile in shared memory
 (the planner sizes ``shared_bytes`` with it, the renderer lays the tile out by it): the
@@ -131,8 +131,8 @@ class KernelPlan:
 
     @property
     def arch_specific(self) -> bool:
-        """The kernel uses arch-specific instructions (``wgmma``): its translation unit
-        compiles for the backend's ``specific_arch`` (``sm_90a``)."""
+        """The kernel uses arch-specific instructions (``wgmma``): only an arch-specific
+        target (``cuda:sm_90a``) compiles it."""
         return self.mapping in ARCH_SPECIFIC_MAPPINGS
 
     @staticmethod

@@ -120,9 +120,6 @@ class FragmentPlan:
     args: list[tuple[list[int], str]]
     results: list[tuple[list[int], str]]
     fast_math: bool = False
-    arch: str = ""
-    """What the source compiles for (``target.arch``: ``sm_90a`` when a kernel needs
-    arch-specific features; empty for the host)."""
 
     @staticmethod
     def of(job: TargetJob) -> FragmentPlan:
@@ -138,21 +135,20 @@ class FragmentPlan:
             return out
 
         fm = attrs.get("target.fast_math")
-        arch = attrs.get("target.arch")
         return FragmentPlan(
             target=_plain(attrs["target.target"]), language=_plain(attrs["target.language"]),
             launches=[Launch.from_plain(d) for d in _plain(attrs["target.launches"])],
             buffers=_buffers(_plain(attrs["target.buffers"])),
             arena_bytes=_plain(attrs["target.arena_bytes"]), args=sig(ftype.inputs),
             results=sig(ftype.results), fast_math=bool(fm.value) if isinstance(fm, BoolAttr)
-            else False, arch=arch.value if isinstance(arch, StringAttr) else "")
+            else False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "language": self.language,
                 "launches": [launch.to_plain() for launch in self.launches],
                 "buffers": [b.to_plain() for b in self.buffers], "arena_bytes": self.arena_bytes,
                 "args": [list(a) for a in self.args], "results": [list(r) for r in self.results],
-                "fast_math": self.fast_math, "arch": self.arch}
+                "fast_math": self.fast_math}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> FragmentPlan:
@@ -160,8 +156,7 @@ class FragmentPlan:
                             [Launch.from_plain(launch) for launch in d["launches"]],
                             _buffers(d["buffers"]),
                             d["arena_bytes"], [(list(a[0]), a[1]) for a in d["args"]],
-                            [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False),
-                            str(d.get("arch", "")))
+                            [(list(r[0]), r[1]) for r in d["results"]], d.get("fast_math", False))
 
 
 @dataclass
@@ -212,11 +207,11 @@ def compile_key(job: TargetJob) -> StageKey:
     read back and store fragments under it.
     """
     backend = fragment_backend(job)
-    plan = FragmentPlan.of(job)
+    fm = job.module.attributes.get("target.fast_math")
+    fast = bool(fm.value) if isinstance(fm, BoolAttr) else False
     return make_key({"stage": "compile", "version": stage("compile").version,
                      "input": job.fingerprint(), "compiler": backend.compiler_identity(),
-                     "flags": list(backend.flags(plan.fast_math)),
-                     "arch": plan.arch or backend.arch})
+                     "flags": list(backend.flags(fast)), "arch": backend.arch})
 
 
 def check_fragment(compiled: CompiledFragment, key: StageKey) -> str | None:
@@ -241,8 +236,7 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
         private_subdir(f"fragment-{key.hex[:16]}-")
     os.makedirs(ws, exist_ok=True)
     t0 = time.perf_counter_ns()
-    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math),
-                                       plan.arch or None)
+    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math))
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)

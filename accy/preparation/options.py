@@ -46,14 +46,16 @@ class Target:
 
     @staticmethod
     def parse(text: str) -> Target:
-        """``host``, ``cuda`` (the local GPU's arch, else sm_90) or ``cuda:sm_XX``."""
+        """``host``, ``cuda`` (the local GPU's arch — ``sm_90a`` on Hopper, see
+        :func:`accy.target.backend.target_arch` — else sm_90) or ``cuda:sm_XX``."""
         text = text.strip()
         if text == "host":
             return Target("host")
         if text == "cuda":
-            from accy.target.backend import local_cuda_arch
+            from accy.target.backend import local_cuda_arch, target_arch
 
-            return Target("cuda", local_cuda_arch() or "sm_90")
+            local = local_cuda_arch()
+            return Target("cuda", target_arch(local) if local else "sm_90")
         if text.startswith("cuda:"):
             return Target("cuda", text[5:])
         raise OptionError(f"unknown target '{text}' (expected host, cuda or cuda:sm_XX)")
@@ -184,10 +186,11 @@ class KernelOptions:
     stages: int = 3
     """Shared-memory stages of the tensor-core ``cp.async`` pipeline (2–4)."""
     wgmma: bool = True
-    """On sm_90 (Hopper), bf16/f16 matmuls whose shapes divide the warpgroup tiles run
-    on ``wgmma.mma_async`` (two warpgroups of 128 threads, operands read by the tensor
-    cores straight from 128-byte-swizzled shared memory); off: the ``mma.sync`` tiles
-    above. The fragment is then compiled for ``sm_90a`` (arch-specific features)."""
+    """On ``cuda:sm_90a`` (what ``--target cuda`` means on a Hopper GPU), bf16/f16
+    matmuls whose shapes divide the warpgroup tiles run on ``wgmma.mma_async``: the TMA
+    brings the operands into 128-byte-swizzled shared memory for a producer warpgroup,
+    two consumer warpgroups multiply. Off (or another arch, ``sm_90`` included, whose
+    source compiles with ``-arch=sm_90``): the ``mma.sync`` tiles above."""
     wgmma_tile_m: int = 128
     wgmma_tile_n: int = 0
     """Warpgroup block tile: ``wgmma_tile_m`` × ``wgmma_tile_n`` outputs (128 or 256

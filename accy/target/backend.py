@@ -80,13 +80,9 @@ class Backend:
 
     @property
     def wgmma(self) -> bool:
-        """Hopper's warpgroup tensor-core instructions (``wgmma``, sm_90) are available
-        to kernels that compile for :meth:`specific_arch`."""
+        """Hopper's warpgroup tensor-core instructions (``wgmma``) are available: the
+        arch-specific target ``sm_90a``."""
         return False
-
-    def specific_arch(self) -> str:
-        """The arch a fragment using arch-specific features compiles for (``sm_90a``)."""
-        return self.arch
 
     @property
     def name(self) -> str:
@@ -103,10 +99,8 @@ class Backend:
     def compiler_identity(self) -> str:
         raise NotImplementedError
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
-                arch: str | None = None) -> tuple[bytes, str]:
-        """Compile ``source`` (for ``arch``, default :attr:`arch`); return the binary and
-        the source file's path."""
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        """Compile ``source``; return the binary and the source file's path."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -139,8 +133,7 @@ class HostBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().host_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
-                arch: str | None = None) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
         import os
 
         so = self.device().compile_host(source, workspace, flags=flags, name="fragment")
@@ -170,10 +163,7 @@ class CudaBackend(Backend):
 
     @property
     def wgmma(self) -> bool:
-        return self.sm_number == 90
-
-    def specific_arch(self) -> str:
-        return self.sm if self.sm.endswith("a") or not self.wgmma else self.sm + "a"
+        return self.sm == "sm_90a"
 
     @property
     def arch(self) -> str:
@@ -197,12 +187,11 @@ class CudaBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().cuda_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...],
-                arch: str | None = None) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
         import os
 
-        binary = self.device().compile_cuda(source, arch or self.sm, options=flags,
-                                            name="fragment.cu", workspace=workspace)
+        binary = self.device().compile_cuda(source, self.sm, options=flags, name="fragment.cu",
+                                            workspace=workspace)
         return binary, os.path.join(workspace, "fragment.cu")
 
 
@@ -222,6 +211,18 @@ def backend_of(target: str) -> Backend:
     """The backend of a target as spelled in a plan (``host``, ``cuda:sm_90``)."""
     kind, _, arch = target.partition(":")
     return backend_for(kind, arch or None)
+
+
+def target_arch(device_arch: str) -> str:
+    """The arch ``--target cuda`` compiles for on a GPU of ``device_arch``: the device's
+    arch-specific target where accy uses its features (``sm_90`` → ``sm_90a``:
+    Hopper's warpgroup matmuls), else the device's arch. A cubin for ``sm_90a`` runs
+    on compute capability 9.0 only, as accy's cubins are made for the local device.
+
+    >>> target_arch("sm_90"), target_arch("sm_89")
+    ('sm_90a', 'sm_89')
+    """
+    return "sm_90a" if device_arch == "sm_90" else device_arch
 
 
 @functools.cache
@@ -251,4 +252,4 @@ def local_cuda_arch() -> str | None:
 
 
 __all__ = ["Backend", "HostBackend", "CudaBackend", "HOST", "backend_for", "backend_of",
-           "local_cuda_arch", "ALL_DTYPES", "HOST_FLAGS"]
+           "local_cuda_arch", "target_arch", "ALL_DTYPES", "HOST_FLAGS"]

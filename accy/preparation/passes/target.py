@@ -2,9 +2,7 @@
 
 The product (a ``TargetJob``) keeps the kernel IR and adds, on the module:
 ``target.target``, ``target.language`` (``cuda`` or ``c``), ``target.source``
-(one translation unit), ``target.arch`` (what it compiles for: the target's
-arch, or its arch-specific variant ``sm_90a`` when a kernel needs one),
-``target.launches`` (kernel, grid, block, static and dynamic shared bytes,
+(one translation unit), ``target.launches`` (kernel, grid, block, static and dynamic shared bytes,
 buffer ids and the TMA tensor maps the loader makes, in order), ``target.buffers`` and ``target.arena_bytes`` (the
 memory plan of the entry function). The compile step reads nothing else.
 """
@@ -76,8 +74,8 @@ class CheckTargetSupport(Pass):
                                       f"{backend.max_dynamic_shared_bytes} on {backend.name})",
                                       op.loc)
                 if plan.arch_specific and not backend.wgmma:
-                    raise VerifyError(f"kernel '{op.sym_name}' ({plan.mapping}) needs sm_90; "
-                                      f"the target is {backend.name}", op.loc)
+                    raise VerifyError(f"kernel '{op.sym_name}' ({plan.mapping}) needs "
+                                      f"sm_90a; the target is {backend.name}", op.loc)
                 ctx.stat("kernels")
         if isinstance(module, ModuleOp):
             for b in buffer_plan(module.entry()):
@@ -126,9 +124,6 @@ class EmitSource(Pass):
             )))
         module.attributes["target.target"] = StringAttr(self.target)
         module.attributes["target.language"] = StringAttr(language)
-        specific = any(k.plan.arch_specific for k in kernels)
-        module.attributes["target.arch"] = StringAttr(
-            backend.specific_arch() if specific else backend.arch)
         module.attributes["target.fast_math"] = BoolAttr(self.fast_math)
         module.attributes["target.source"] = StringAttr(source)
         module.attributes["target.launches"] = ArrayAttr(tuple(launches))
