@@ -33,6 +33,7 @@ from accy.distributed.graph import (
     RefreshPlan,
     StageFailed,
     VariantRequest,
+    compile_grain,
     plan_refresh,
     resolution_request,
     resolve_many,
@@ -414,7 +415,10 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     del answer
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)
-    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu)
+    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info().get("workers", {})
+                  .values())
+    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu,
+                           grain=compile_grain(len(todo), threads))
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
     for p in plans:

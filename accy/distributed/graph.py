@@ -390,30 +390,52 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
 
 def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> Any:
     """Compile the target product (or read the binary back by compile key)."""
+    [compiled] = compile_group([prev], store_url)
+    if isinstance(compiled, StageFailed):
+        raise compiled
+    return compiled
+
+
+def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
+    """:func:`compile_task` for several target products: each is read back from the
+    store by its compile key if it is there; the rest compile together
+    (:func:`~accy.executable.compile.compile_fragments`: one NVRTC run for CUDA) and
+    are stored. Returns each compiled fragment, or the ``StageFailed`` of its compile."""
     from accy.executable.compile import (
         CompiledFragment,
         check_fragment,
-        compile_fragment,
+        compile_fragments,
         compile_key,
     )
 
     store = _store(store_url)
-    job = _materialized(_input_product(prev, store, "compile"), "compile")
-    key = compile_key(job)  # type: ignore[arg-type]
-    t0 = time.perf_counter_ns()
-    stored, _ = read_back(store, key.hex, "fragment", CompiledFragment.from_wire,
-                          functools.partial(check_fragment, key=key))
-    if stored is not None:
-        stored.elapsed_ns = time.perf_counter_ns() - t0
-        stored.meta["origin"] = "store"
-        return stored
-    try:
-        compiled = compile_fragment(job, None, key)  # type: ignore[arg-type]
-    except AccyError as e:
-        raise StageFailed(str(e), "compile", "compile", "", getattr(e, "source_path", None)) \
-            from None
-    write(store, key.hex, compiled.to_wire(), "fragment")
-    return compiled
+    out: list[Any] = [None] * len(values)
+    todo: list[tuple[int, Any, Any]] = []
+    for i, value in enumerate(values):
+        try:
+            job = _materialized(_input_product(value, store, "compile"), "compile")
+        except StageFailed as e:
+            out[i] = e
+            continue
+        key = compile_key(job)  # type: ignore[arg-type]
+        t0 = time.perf_counter_ns()
+        stored, _ = read_back(store, key.hex, "fragment", CompiledFragment.from_wire,
+                              functools.partial(check_fragment, key=key))
+        if stored is not None:
+            stored.elapsed_ns = time.perf_counter_ns() - t0
+            stored.meta["origin"] = "store"
+            out[i] = stored
+        else:
+            todo.append((i, job, key))
+    compiled = compile_fragments([job for _, job, _ in todo], [key for _, _, key in todo])
+    for (i, _, key), got in zip(todo, compiled):
+        if isinstance(got, AccyError):
+            out[i] = StageFailed(str(got), "compile", "compile", "",
+                                 getattr(got, "source_path", None))
+        else:
+            write(store, key.hex, got.to_wire(), "fragment")
+            out[i] = got
+    return out
 
 
 def load_task(compiled: Any) -> dict[str, Any]:
@@ -448,28 +470,113 @@ def chain_task(steps: list[list[str]], prev: Any, request: dict[str, Any],
     A failure carries the receipts of the stages that finished before it
     (``StageFailed.receipts``), so the client never gathers products to report it.
     """
-    receipts: dict[str, Any] = dict(prev.receipts) if isinstance(prev, ChainResult) else {}
-    value: Any = prev
-    compiled: Any = None
-    load: dict[str, Any] | None = None
-    for stage_name, node in steps:
+    return chain_pick_task(chain_group_task([[steps, request]], store_url, prev), 0)
+
+
+class ChainGroup:
+    """What a :func:`chain_group_task` leaves under its key: per chain, its
+    :class:`ChainResult` or the ``StageFailed`` that ended it. Moves as msgpack (each
+    result as its own wire bytes, each failure as its fields)."""
+
+    def __init__(self, entries: list[Any]) -> None:
+        self.entries = entries
+
+    def to_wire(self) -> bytes:
+        import msgpack
+
+        body = [[b"ok", e.to_wire()] if isinstance(e, ChainResult) else
+                [b"failed", type(e) is InputLost, e.message, e.stage, e.pipeline, e.pass_name,
+                 e.reproducer, e.receipts] for e in self.entries]
+        return msgpack.packb([b"accy-chains", body], use_bin_type=True)
+
+    @staticmethod
+    def from_wire(data: bytes) -> ChainGroup:
+        import msgpack
+
+        from accy.errors import WireFormatError
+
         try:
-            if stage_name == "compile":
-                compiled = compile_task(value, request, store_url)
-                receipts["compile"] = compile_receipt(compiled, node)
-            elif stage_name == "load":
-                load = load_task(compiled if compiled is not None else value)
-                receipts["load"] = dict(load, node=node)
-            else:
+            tag, body = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+            if tag != b"accy-chains":
+                raise ValueError("tag")
+            entries: list[Any] = []
+            for e in body:
+                if e[0] == b"ok":
+                    entries.append(ChainResult.from_wire(e[1]))
+                else:
+                    lost, message, stage, pipeline, pass_name, repro, receipts = e[1:]
+                    entries.append(_rebuild_failure(InputLost if lost else StageFailed,
+                                                    message, stage, pipeline, pass_name,
+                                                    repro, receipts))
+        except Exception as e:
+            raise WireFormatError(f"malformed chain group: {type(e).__name__}") from None
+        return ChainGroup(entries)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("ChainGroup never pickles: it travels as msgpack")
+
+
+def chain_pick_task(group: ChainGroup, i: int) -> ChainResult:
+    """Chain ``i`` of a group: its result, or its failure raised (so each chain keeps a
+    task key, a result and a failure of its own)."""
+    entry = group.entries[i]
+    if isinstance(entry, StageFailed):
+        raise entry
+    result: ChainResult = entry
+    return result
+
+
+def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any) \
+        -> ChainGroup:
+    """Run several chains (``[steps, request]`` each, reading ``prevs[i]``) in one task:
+    each one's stage runs as :func:`chain_task` does, then every chain's compile at
+    once (:func:`compile_group`: the CUDA ones in one NVRTC run), then each one's load.
+    A chain's failure is its own: it ends that chain and is returned in its place."""
+    entries: list[Any] = []
+    for (steps, request), prev in zip(chains, prevs):
+        receipts: dict[str, Any] = dict(prev.receipts) if isinstance(prev, ChainResult) else {}
+        value = prev
+        try:
+            for stage_name, node in steps:
+                if stage_name in ("compile", "load"):
+                    break
                 value = stage_task(stage_name, value, request, store_url)
                 receipts[stage_name] = stage_receipt(value, node)
         except StageFailed as e:
             e.receipts = receipts
-            raise
-    if compiled is None and load is not None:
-        compiled = compiled_of(value)
-    out = ChainResult(receipts, compiled if compiled is not None else value, load)
-    return out.by_store_reference(store_url) if compiled is not None else out
+            value = e
+        entries.append([steps, receipts, value])
+    compiling = [i for i, (steps, _, value) in enumerate(entries)
+                 if not isinstance(value, StageFailed) and any(s == "compile" for s, _ in steps)]
+    for i, compiled in zip(compiling, compile_group([entries[i][2] for i in compiling],
+                                                    store_url)):
+        steps, receipts, _ = entries[i]
+        if isinstance(compiled, StageFailed):
+            compiled.receipts = receipts
+        else:
+            receipts["compile"] = compile_receipt(compiled, dict(steps)["compile"])
+        entries[i][2] = compiled
+    return ChainGroup([_finish_chain(steps, receipts, value, store_url)
+                       for steps, receipts, value in entries])
+
+
+def _finish_chain(steps: list[list[str]], receipts: dict[str, Any], value: Any,
+                  store_url: str | None) -> Any:
+    """A chain's result once its stages (and compile) ran: its load, if it has one."""
+    if isinstance(value, StageFailed):
+        return value
+    load: dict[str, Any] | None = None
+    nodes = dict(steps)
+    if "load" in nodes:
+        try:
+            load = load_task(value)
+        except StageFailed as e:
+            e.receipts = receipts
+            return e
+        receipts["load"] = dict(load, node=nodes["load"])
+    if "compile" not in nodes and load is None:
+        return ChainResult(receipts, value)
+    return ChainResult(receipts, compiled_of(value), load).by_store_reference(store_url)
 
 
 def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:
@@ -605,6 +712,26 @@ restarted), then ends with one error line instead of waiting on Dask without bou
 Dask config ``accy.no-workers-wait`` (seconds) overrides it."""
 
 
+MAX_COMPILE_GRAIN = 8
+"""The most CUDA chains one batch task compiles together (Dask config
+``accy.compile-grain``; 1: every chain alone). NVRTC's cost is largely per program: on
+the 2-core development machine 24 distinct variants' units compiled 1.7–2.1× faster 8
+or 12 to a program than one each (RESULTS.md, batch)."""
+
+
+def compile_grain(variants: int, threads: int) -> int:
+    """How many CUDA chains a batch groups into one task: up to
+    :data:`MAX_COMPILE_GRAIN`, while every worker thread still gets two tasks.
+
+    >>> compile_grain(480, 15), compile_grain(96, 2), compile_grain(10, 2), compile_grain(1, 1)
+    (8, 8, 2, 1)
+    """
+    import dask.config
+
+    limit = int(dask.config.get("accy.compile-grain", MAX_COMPILE_GRAIN))
+    return max(1, min(limit, variants // max(1, 2 * threads)))
+
+
 def no_workers_wait() -> float:
     """:data:`NO_WORKERS_WAIT_S`, or Dask config ``accy.no-workers-wait``."""
     import dask.config
@@ -731,8 +858,13 @@ class GraphBuilder:
             where[key] = i
         return chains
 
-    def submit(self, client: Any, fuse_gpu: bool = True) -> dict[Any, Any]:
-        """Send the graph; return the future of every chain task by its key."""
+    def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1) -> dict[Any, Any]:
+        """Send the graph; return the future of every chain task by its key.
+
+        With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
+        in one task (:func:`chain_group_task`: their compiles in one NVRTC program),
+        each chain keeping its key as a pick of the group's result.
+        """
         from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
         from dask.task_spec import Task
 
@@ -740,6 +872,7 @@ class GraphBuilder:
             return {}
         cpu: dict[Any, Any] = {}
         gpu: dict[Any, Any] = {}
+        groupable: dict[bool, list[tuple[Any, list[list[str]], Any, _Node]]] = {}
         for chain in self.segments(fuse_gpu):
             first, last = self.nodes[chain[0]], self.nodes[chain[-1]]
             name = f"{TASK_PREFIX}{first.stage}" + (f"-{last.stage}" if len(chain) > 1 else "")
@@ -751,14 +884,35 @@ class GraphBuilder:
                 else first.arg
             steps = [[self.nodes[k].stage, k[1]] for k in chain]
             on_gpu = any(self.nodes[k].gpu for k in chain)
+            if grain > 1 and "compile" in dict(steps) and \
+                    str(first.request.get("target", "")).startswith("cuda"):
+                groupable.setdefault(on_gpu, []).append((seg, steps, arg, first))
+                continue
             (gpu if on_gpu else cpu)[seg] = Task(seg, chain_task, steps, arg, first.request,
                                                  first.store_url)
+        for on_gpu, chains in groupable.items():
+            layer = gpu if on_gpu else cpu
+            for at in range(0, len(chains), grain):
+                members = chains[at:at + grain]
+                if len(members) == 1:
+                    seg, steps, arg, first = members[0]
+                    layer[seg] = Task(seg, chain_task, steps, arg, first.request,
+                                      first.store_url)
+                    continue
+                gkey = (f"{TASK_PREFIX}group-{members[0][0][0][len(TASK_PREFIX):]}",
+                        members[0][0][1])
+                layer[gkey] = Task(gkey, chain_group_task,
+                                   [[steps, first.request] for _, steps, _, first in members],
+                                   members[0][3].store_url, *[arg for _, _, arg, _ in members])
+                for i, (seg, _, _, _) in enumerate(members):
+                    layer[seg] = Task(seg, chain_pick_task, self.ref(gkey), i)
         layers = {"accy-stages": MaterializedLayer(cpu)}
         deps: dict[str, set[str]] = {"accy-stages": set()}
         if gpu:
             layers["accy-gpu"] = MaterializedLayer(gpu, annotations={"resources": {"GPU": 1}})
             deps["accy-gpu"] = {"accy-stages"}
-        keys = list(cpu) + list(gpu)
+        chain_keys = set(self.segment_of.values())  # not the groups: their picks hold them
+        keys = [k for k in list(cpu) + list(gpu) if k in chain_keys]
         futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
         return dict(zip(keys, futures))
 

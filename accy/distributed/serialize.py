@@ -94,7 +94,7 @@ def register_type(cls: type[T], to_bytes: Callable[[T], bytes],
 def register() -> None:
     """Register every ``Product`` subclass, stage and chain results and compiled fragments
     (idempotent)."""
-    from accy.distributed.graph import ChainResult
+    from accy.distributed.graph import ChainGroup, ChainResult
     from accy.executable.compile import CompiledFragment
     from accy.preparation.stages import StageResult
 
@@ -105,6 +105,8 @@ def register() -> None:
         register_type(StageResult, StageResult.to_wire, StageResult.from_wire, label="result")
     if ChainResult not in _REGISTERED:
         register_type(ChainResult, ChainResult.to_wire, ChainResult.from_wire, label="chain")
+    if ChainGroup not in _REGISTERED:
+        register_type(ChainGroup, ChainGroup.to_wire, ChainGroup.from_wire, label="chains")
     if CompiledFragment not in _REGISTERED:
         register_type(CompiledFragment, CompiledFragment.to_wire, CompiledFragment.from_wire,
                       label="fragment")

@@ -15,9 +15,10 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ from accy.choir.attributes import (
     TensorType,
 )
 from accy.dialects.memory import BufferSpec
-from accy.errors import FragmentCompileError, VerifyError, WireFormatError
+from accy.errors import AccyError, FragmentCompileError, VerifyError, WireFormatError
 from accy.paths import private_subdir
 from accy.pipeline import stage
 from accy.preparation.keys import StageKey, make_key
@@ -241,3 +242,89 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)
     return CompiledFragment(key, plan, binary, source, elapsed, src_path)
+
+
+GROUP_PREFIX = "accy_g{}_"
+"""How :func:`compile_fragments` renames fragment ``i``'s kernels in a shared program."""
+
+
+def grouped_unit(source: str, kernels: Sequence[str], i: int) -> str:
+    """Fragment ``i``'s translation unit as a part of a shared program: its kernels
+    renamed ``accy_g<i>_<name>`` (``extern "C"`` names share one scope) and the rest —
+    helpers, tables — in a namespace of its own. It still compiles alone.
+
+    >>> print(grouped_unit('extern "C" __global__ void k0_rows() {}', ["k0_rows"], 2))
+    #define k0_rows accy_g2_k0_rows
+    namespace accy_g2 {
+    extern "C" __global__ void k0_rows() {}
+    }
+    #undef k0_rows
+    <BLANKLINE>
+    """
+    names = sorted(set(kernels))
+    prefix = GROUP_PREFIX.format(i)
+    return ("".join(f"#define {n} {prefix}{n}\n" for n in names)
+            + f"namespace {prefix.rstrip('_')} {{\n{source}\n}}\n"
+            + "".join(f"#undef {n}\n" for n in names))
+
+
+def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
+        -> list[CompiledFragment | AccyError]:
+    """Compile several target products, CUDA ones of one arch and flags in one compiler
+    run: one NVRTC program holding every fragment's unit (:func:`grouped_unit`), its
+    kernels renamed in the fragment's launch table, the cubin shared. NVRTC's cost is
+    largely per program, so a batch's compile tasks pay it once per group. A
+    fragment's source is its own part (it compiles alone to the same kernels), its
+    ``elapsed_ns`` its share of the run and ``meta["grain"]`` the group's size.
+
+    If the shared run fails, each fragment of that group compiles alone, so an error
+    belongs to the fragment that has it; host fragments always compile alone. Returns,
+    in order, each compiled fragment or the error of its compile.
+    """
+    out: list[CompiledFragment | AccyError | None] = [None] * len(jobs)
+    groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for i, job in enumerate(jobs):
+        backend = fragment_backend(job)
+        if backend.language == "cuda":
+            fast = FragmentPlan.of(job).fast_math
+            groups.setdefault((backend.name, backend.flags(fast)), []).append(i)
+        else:
+            groups[(f"alone-{i}", ())] = [i]
+    for members in groups.values():
+        shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members]) \
+            if len(members) > 1 else None
+        if shared is not None:
+            for i, compiled in zip(members, shared):
+                out[i] = compiled
+            continue
+        for i in members:
+            try:
+                out[i] = compile_fragment(jobs[i], None, keys[i])
+            except AccyError as e:
+                out[i] = e
+    return [c for c in out if c is not None]
+
+
+def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
+        -> list[CompiledFragment] | None:
+    """One compiler run for ``jobs`` (same backend and flags), or None if it failed."""
+    backend = fragment_backend(jobs[0])
+    plans = [FragmentPlan.of(job) for job in jobs]
+    parts = [grouped_unit(job.module.attributes["target.source"].value,  # type: ignore[attr-defined]
+                          [launch.kernel for launch in plan.launches], i)
+             for i, (job, plan) in enumerate(zip(jobs, plans))]
+    ws = private_subdir(f"fragments-{keys[0].hex[:12]}-x{len(jobs)}-")
+    t0 = time.perf_counter_ns()
+    try:
+        binary, src_path = backend.compile("".join(parts), ws, backend.flags(plans[0].fast_math))
+    except AccyError:
+        return None
+    share = (time.perf_counter_ns() - t0) // len(jobs)
+    out = []
+    for i, (plan, part, key) in enumerate(zip(plans, parts, keys)):
+        prefix = GROUP_PREFIX.format(i)
+        plan.launches = [dataclasses.replace(launch, kernel=prefix + launch.kernel)
+                         for launch in plan.launches]
+        out.append(CompiledFragment(key, plan, binary, part, share, src_path,
+                                    {"grain": len(jobs)}))
+    return out

@@ -163,3 +163,114 @@ def test_a_chain_result_moves_without_its_binary_when_the_store_holds_it(tmp_pat
                              _request(v).to_dict(), None)
     h2, f2 = serialize(alone, serializers=("dask",))
     assert deserialize(h2, f2).result.binary == alone.result.binary
+
+
+# ------------------------------------------------------------------ compile grain
+
+
+def test_cuda_chains_compile_several_to_a_task_each_keeping_its_key_and_failure(cluster,
+                                                                                tmp_path):
+    """The 8 kernel…compile chains of two programs' block-size sweeps (and one variant
+    that fails its contract stage) run as group tasks whose compiles share an NVRTC
+    program; every variant keeps its chain key, its receipts, its stored fragment and
+    its own failure."""
+    import dask
+
+    from accy.executable.compile import CompiledFragment
+
+    c, client = cluster
+    variants = [Variant(str(GRAPHS / p), "cuda:sm_90", {0: (8, n)}, {"kernel.block_size": b})
+                for p, n in (("softmax.mlir", 256), ("layernorm.mlir", 4096))
+                for b in (64, 128, 256, 512)]
+    variants.append(Variant(str(GRAPHS / "rmsnorm.mlir"), "cuda:sm_90", {0: (8, 100)}))
+    store = str(tmp_path / "store")
+    tasks = StartedTasks()
+    c.scheduler.add_plugin(tasks, name="test-started")
+    try:
+        with dask.config.set({"accy.compile-grain": 8}):
+            result = run_batch(client, variants, store_url=store)
+    finally:
+        c.scheduler.remove_plugin(name="test-started")
+    names = collections.Counter(str(k[0]) for k in tasks.started if isinstance(k, tuple)
+                                and str(k[0]).startswith(graph.TASK_PREFIX))
+    groups = {n: k for n, k in names.items() if n.startswith(f"{graph.TASK_PREFIX}group-")}
+    # 9 variants on 2 worker threads: 2 chains a group (two tasks a thread); the 8
+    # kernel…compile chains make 4 groups, the failing contract…compile chain is alone
+    assert graph.compile_grain(len(variants), 2) == 2
+    assert groups == {f"{graph.TASK_PREFIX}group-kernel-compile": 4}, names
+    assert names[f"{graph.TASK_PREFIX}kernel-compile"] == 8  # the picks
+    by_id = {o.id: o for o in result.outcomes}
+    failed = by_id["rmsnorm[target=cuda:sm_90,arg0=8x100]"]
+    assert failed.status == "failed" and "disagrees with its static dims" in \
+        failed.failure["message"]
+    stored = ArtifactStore(store)
+    for o in result.outcomes:
+        if o is failed:
+            continue
+        assert o.status == "ok", o.failure
+        assert [r.stage for r in o.receipts] == list(RECEIPT_ORDER)
+        [comp] = [r for r in o.receipts if r.stage == "compile"]
+        fragment = CompiledFragment.from_wire(stored.get(comp.key, kind="fragment"))
+        # the shared cubin holds this variant's kernels under its renamed launch table
+        for launch in fragment.plan.launches:
+            assert launch.kernel.startswith("accy_g") and launch.kernel.encode() in \
+                fragment.binary
+    # a second batch over the same variants reuses everything (and groups nothing new)
+    again = run_batch(client, variants[:-1], store_url=store)
+    assert all(o.status == "ok" and all(r.reused for r in o.receipts if r.stage != "load")
+               for o in again.outcomes)
+
+
+def test_a_chain_group_moves_as_msgpack_with_its_failures():
+    from distributed.protocol import deserialize, serialize
+
+    ok = graph.ChainResult({"contract": {"key": "k"}}, None, None, "stage")
+    ok._wire = b"product bytes"  # moved undecoded
+    lost = graph.InputLost("gone", "memory", "memory")
+    lost.receipts = {"contract": {"key": "k"}}
+    header, frames = serialize(graph.ChainGroup([ok, lost]), serializers=("dask",))
+    moved = deserialize(header, frames)
+    assert isinstance(moved.entries[0], graph.ChainResult)
+    assert moved.entries[0].receipts == ok.receipts and moved.entries[0]._wire == ok._wire
+    assert type(moved.entries[1]) is graph.InputLost
+    assert moved.entries[1].message == "gone" and moved.entries[1].receipts == lost.receipts
+    assert graph.chain_pick_task(moved, 0) is moved.entries[0]
+    try:
+        graph.chain_pick_task(moved, 1)
+    except graph.InputLost as e:
+        assert e.stage == "memory"
+    else:
+        raise AssertionError("a failed chain's pick must raise its failure")
+
+
+def test_a_chain_that_fails_in_a_group_fails_alone(tmp_path):
+    """One group task, three chains: one fails its contract stage, one fails to compile
+    (its target product's source is broken), one is fine. The broken compile costs the
+    others nothing but a compile each of their own."""
+    from accy.distributed.batch import _request
+    from accy.preparation.products import SemanticModule
+
+    good = Variant(str(GRAPHS / "softmax.mlir"), "cuda:sm_90", {0: (8, 256)})
+    other = Variant(str(GRAPHS / "layernorm.mlir"), "cuda:sm_90", {0: (8, 4096)})
+    bad = Variant(str(GRAPHS / "rmsnorm.mlir"), "cuda:sm_90", {0: (8, 100)})
+    steps = [[s, "x"] for s in (*STAGES, "compile")]
+    store = str(tmp_path / "store")
+    # `other` runs to its target stage first, then its stored target product is broken
+    target = graph.chain_task(steps[:-1], SemanticModule.from_file(other.program),
+                              _request(other).to_dict(), store).result
+    broken = target.product.module.attributes
+    from accy.choir.attributes import StringAttr
+
+    broken["target.source"] = StringAttr(broken["target.source"].value + "\nnot C++ at all;\n")
+    group = graph.chain_group_task(
+        [[steps, _request(good).to_dict()], [steps[-1:], _request(other).to_dict()],
+         [steps, _request(bad).to_dict()]], store,
+        SemanticModule.from_file(good.program), target, SemanticModule.from_file(bad.program))
+    ok, failed_compile, failed_contract = group.entries
+    assert isinstance(ok, graph.ChainResult) and ok.result.binary[:4] == b"\x7fELF"
+    # compiled alone once the shared run failed: its kernels keep their planned names
+    assert not any(launch.kernel.startswith("accy_g") for launch in ok.result.plan.launches)
+    assert isinstance(failed_compile, graph.StageFailed) and failed_compile.stage == "compile"
+    assert "not C++ at all" in open(failed_compile.reproducer).read()  # the saved source
+    assert isinstance(failed_contract, graph.StageFailed)
+    assert failed_contract.stage == "contract" and failed_contract.receipts == {}

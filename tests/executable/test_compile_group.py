@@ -1,0 +1,63 @@
+"""Several CUDA fragments compiled in one NVRTC program (``compile_fragments``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+from stage_programs import graph  # noqa: E402
+
+from accy.executable.compile import (  # noqa: E402
+    compile_fragment,
+    compile_fragments,
+    compile_key,
+)
+from accy.executable.device import compile_cuda  # noqa: E402
+from accy.pipeline import prepare_through  # noqa: E402
+from accy.preparation.options import RunOptions  # noqa: E402
+
+
+def job(name: str, target: str = "cuda:sm_90", opts=(), shape=(8, 4096)):  # type: ignore[no-untyped-def]
+    return prepare_through(graph(name), "target", RunOptions.parse(target, list(opts)),
+                           {0: shape}).product
+
+
+def test_fragments_of_one_arch_and_flags_share_one_cubin_under_renamed_kernels() -> None:
+    jobs = [job("softmax"), job("layernorm"), job("softmax", opts=("kernel.block_size=128",))]
+    keys = [compile_key(j) for j in jobs]
+    got = compile_fragments(jobs, keys)
+    assert [c.key.hex for c in got] == [k.hex for k in keys]  # type: ignore[union-attr]
+    assert len({c.binary for c in got}) == 1  # type: ignore[union-attr]
+    for i, (c, j) in enumerate(zip(got, jobs)):
+        alone = compile_fragment(j, None, keys[i])
+        names = [launch.kernel for launch in c.plan.launches]  # type: ignore[union-attr]
+        assert names == [f"accy_g{i}_{launch.kernel}" for launch in alone.plan.launches]
+        assert all(n.encode() in c.binary for n in names)  # type: ignore[union-attr]
+        assert c.meta["grain"] == 3  # type: ignore[union-attr]
+        # its source is its own part of the program, and compiles alone to those kernels
+        assert all(n.encode() in compile_cuda(c.source, "sm_90", options=["--fmad=false"])
+                   for n in names)  # type: ignore[union-attr]
+        assert c.plan.buffers == alone.plan.buffers  # type: ignore[union-attr]
+
+
+def test_other_flags_and_the_host_compile_apart() -> None:
+    jobs = [job("softmax"), job("softmax", opts=("target.fast_math=true",)),
+            job("layernorm", target="host"), job("rmsnorm")]
+    got = compile_fragments(jobs, [compile_key(j) for j in jobs])
+    fast, host = got[1], got[2]
+    assert got[0].binary == got[3].binary != fast.binary  # type: ignore[union-attr]
+    assert "grain" not in fast.meta and "grain" not in host.meta  # type: ignore[union-attr]
+    assert host.plan.target == "host"  # type: ignore[union-attr]
+
+
+def test_a_broken_unit_fails_alone() -> None:
+    from accy.choir.attributes import StringAttr
+    from accy.errors import FragmentCompileError
+
+    jobs = [job("softmax"), job("layernorm"), job("rmsnorm")]
+    attrs = jobs[1].module.attributes
+    attrs["target.source"] = StringAttr(attrs["target.source"].value + "\n#error broken\n")
+    got = compile_fragments(jobs, [compile_key(j) for j in jobs])
+    assert isinstance(got[1], FragmentCompileError) and "#error directive: broken" in got[1].log
+    assert got[0].binary != got[2].binary  # type: ignore[union-attr]  # each alone
