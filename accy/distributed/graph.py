@@ -25,7 +25,11 @@ submitted:
    no other variant shares is one task (``accy_contract-load``), a node
    several variants read ends a task of its own. Each stage inside a task is
    still keyed, stored, reused and published by its own stage key; the task's
-   value (:class:`ChainResult`) carries the variant's receipts.
+   value (:class:`ChainResult`) carries the variant's receipts. CUDA chains that
+   compile run a few to one task (:func:`chain_group_task`, :func:`compile_grain`):
+   their fragments compile in one NVRTC program, and each chain's key is a pick
+   of the group's value (:class:`ChainGroup`), so it keeps its own result and
+   failure.
 4. **Early cutoff inside the task.** Each stage computes its real content key
    from its input's fingerprint and first looks in the artifact store: a
    stage whose input did not change after all is read back, not run (this is
@@ -38,6 +42,7 @@ the control plane (task specs, small dicts) is Dask's own.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -892,6 +897,11 @@ class GraphBuilder:
                                                  first.store_url)
         for on_gpu, chains in groupable.items():
             layer = gpu if on_gpu else cpu
+            # chains that compile alike side by side: one NVRTC program takes one arch and
+            # one set of flags (fast-math), so a group of mixed flags would compile twice
+            chains.sort(key=lambda c: (str(c[3].request.get("target")),
+                                       str(c[3].request.get("options", {})
+                                           .get("target.fast_math", False)).lower()))
             for at in range(0, len(chains), grain):
                 members = chains[at:at + grain]
                 if len(members) == 1:
@@ -899,8 +909,12 @@ class GraphBuilder:
                     layer[seg] = Task(seg, chain_task, steps, arg, first.request,
                                       first.store_url)
                     continue
+                # keyed by its members, in order: another batch (a second client) that
+                # groups other chains must never find its picks reading this group
+                members_id = hashlib.blake2b("/".join(seg[1] for seg, *_ in members)
+                                             .encode(), digest_size=16).hexdigest()
                 gkey = (f"{TASK_PREFIX}group-{members[0][0][0][len(TASK_PREFIX):]}",
-                        members[0][0][1])
+                        members_id)
                 layer[gkey] = Task(gkey, chain_group_task,
                                    [[steps, first.request] for _, steps, _, first in members],
                                    members[0][3].store_url, *[arg for _, _, arg, _ in members])

@@ -274,3 +274,30 @@ def test_a_chain_that_fails_in_a_group_fails_alone(tmp_path):
     assert "not C++ at all" in open(failed_compile.reproducer).read()  # the saved source
     assert isinstance(failed_contract, graph.StageFailed)
     assert failed_contract.stage == "contract" and failed_contract.receipts == {}
+
+
+def test_a_group_is_keyed_by_its_members():
+    """Two batches (two clients) that group different chains never share a group key:
+    a pick of one must never read the other's group (found by the fault suite's
+    two-client trials: a pick read another batch's group under the same key)."""
+    class Capture:
+        def __init__(self) -> None:
+            self.tasks: dict[Any, Any] = {}
+
+        def get(self, hlg: Any, keys: Any, sync: bool = False) -> list[Any]:
+            self.tasks.update(dict(hlg))
+            return list(keys)
+
+    def groups(names: list[str]) -> set[Any]:
+        g = graph.GraphBuilder()
+        for n in names:
+            request = {"target": "cuda:sm_90", "options": {}}
+            g.node(("accy_compile", n), "compile", ("accy_target", n), request, None)
+            g.nodes[("accy_compile", n)].arg = "outside"
+        client = Capture()
+        g.submit(client, grain=2)
+        return {k for k in client.tasks if str(k[0]).startswith("accy_group-")}
+
+    first, second, again = groups(["a", "b"]), groups(["a", "c"]), groups(["a", "b"])
+    assert len(first) == len(second) == 1
+    assert first != second and first == again
