@@ -61,3 +61,19 @@ def test_a_broken_unit_fails_alone() -> None:
     got = compile_fragments(jobs, [compile_key(j) for j in jobs])
     assert isinstance(got[1], FragmentCompileError) and "#error directive: broken" in got[1].log
     assert got[0].binary != got[2].binary  # type: ignore[union-attr]  # each alone
+
+
+def test_warpgroup_fragments_share_a_program_too() -> None:
+    """sm_90a units (TMA tensor-map parameters of a namespaced struct type, mbarriers,
+    dynamic shared memory) compile side by side with a row kernel."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    hopper = RunOptions.parse("cuda:sm_90a", [])
+    jobs = [prepare_through(matmul(256, 256, 128, "bf16"), "target", hopper, {}).product,
+            prepare_through(matmul(256, 512, 128, "f16", (), True), "target", hopper,
+                            {}).product,
+            job("softmax", target="cuda:sm_90a")]
+    got = compile_fragments(jobs, [compile_key(j) for j in jobs])
+    assert len({c.binary for c in got}) == 1  # type: ignore[union-attr]
+    assert [len(c.plan.launches[0].tensor_maps) for c in got] == [2, 2, 0]  # type: ignore[union-attr]
