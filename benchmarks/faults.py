@@ -65,28 +65,6 @@ def trial_variants(trial: int) -> list[Any]:
     return out
 
 
-def published_consistently(state: dict[str, Any]) -> list[str]:
-    """Variants whose published record is partial or not chained (should be none)."""
-    from accy.pipeline import PREPARATION_NAMES as STAGES
-
-    bad = []
-    entries = state["entries"]
-    for vid, record in state["variants"].items():
-        keys = record["keys"]
-        previous = None
-        ok = list(keys) == list(STAGES)
-        for stage in STAGES if ok else ():
-            entry = entries.get(keys[stage])
-            if entry is None or entry["stage"] != stage or not entry["fingerprint"] or \
-                    (previous is not None and entry["fields"]["input"] != previous["fingerprint"]):
-                ok = False
-                break
-            previous = entry
-        if not ok:
-            bad.append(vid)
-    return bad
-
-
 def local_keys(variant: Any) -> dict[str, str]:
     """The stage keys of a fault-free local refresh (prepared, not compiled)."""
     from accy.executable.cache import FragmentCompilerCache
@@ -148,7 +126,7 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
     same scheduler) that client batches an overlapping sweep at the same time: both
     batches must end, and the published state stays consistent for both."""
     from accy.distributed.batch import run_batch
-    from accy.distributed.state import fetch_state
+    from accy.distributed.state import fetch_state, inconsistencies
 
     variants = trial_variants(trial)
     degraded = _workers_back(client, cluster)
@@ -213,7 +191,7 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
     if moment == "after":
         _kill(pids, rng.choice(sorted(pids)))
         out["kills"] += 1
-    out["partial"] = published_consistently(fetch_state(client))
+    out["partial"] = sorted(inconsistencies(fetch_state(client)))
     out["degraded"] = degraded or _workers_back(client, cluster)
     checked = variants + (overlapping_variants(trial)[-2:] if other is not None else [])
     follow = run_batch(client, checked, store_url=store)

@@ -81,6 +81,47 @@ def publish_with_merge(client: Client, entries: dict[str, dict[str, Any]],
     return client.sync(_publish_with_merge, client, entries, variants, keys, retries, merge)
 
 
+def inconsistencies(state: dict[str, Any]) -> dict[str, str]:
+    """Published variants whose record is partial or not chained, with why: a record
+    must name an entry for every preparation stage, in order, each published, of its
+    stage, with a product fingerprint, and each computed from the previous stage's
+    product (its key's ``input`` field). None is expected, whatever faults a batch met.
+
+    >>> entry = lambda stage, fp, inp: {"stage": stage, "fingerprint": fp,
+    ...                                 "fields": {"input": inp}}
+    >>> from accy.pipeline import PREPARATION_NAMES as STAGES
+    >>> keys = {s: f"k{i}" for i, s in enumerate(STAGES)}
+    >>> entries = {f"k{i}": entry(s, f"f{i}", f"f{i - 1}") for i, s in enumerate(STAGES)}
+    >>> inconsistencies({"variants": {"v": {"keys": keys}}, "entries": entries})
+    {}
+    >>> entries["k3"]["fields"]["input"] = "other"
+    >>> inconsistencies({"variants": {"v": {"keys": keys}}, "entries": entries})
+    {'v': 'memory was not computed from the dispatch product'}
+    """
+    from accy.pipeline import PREPARATION_NAMES as STAGES
+
+    bad: dict[str, str] = {}
+    entries = state["entries"]
+    for vid, record in state["variants"].items():
+        keys = record["keys"]
+        if list(keys) != list(STAGES):
+            bad[vid] = f"the record names stages {list(keys)}"
+            continue
+        previous: dict[str, Any] | None = None
+        for stage, prior in zip(STAGES, (None, *STAGES)):
+            entry = entries.get(keys[stage])
+            if entry is None:
+                bad[vid] = f"its {stage} entry {keys[stage]} is not published"
+            elif entry["stage"] != stage or not entry["fingerprint"]:
+                bad[vid] = f"its {stage} entry is of {entry['stage']!r} or has no fingerprint"
+            elif previous is not None and entry["fields"]["input"] != previous["fingerprint"]:
+                bad[vid] = f"{stage} was not computed from the {prior} product"
+            if vid in bad:
+                break
+            previous = entry
+    return bad
+
+
 def _wire_keys(keys: list[Any]) -> list[Any]:
     from accy.distributed.plugin import to_wire_key
 

@@ -25,7 +25,7 @@ from accy.distributed import state as accy_state
 from accy.distributed.api import refresh
 from accy.distributed.batch import BatchResult, VariantOutcome, run_batch
 from accy.distributed.plugin import get_plugin
-from accy.distributed.state import fetch_state
+from accy.distributed.state import fetch_state, inconsistencies
 from accy.errors import AccyError, PassFailedError
 from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.preparation import recipe
@@ -72,19 +72,7 @@ def assert_all_ok(result: BatchResult) -> None:
 
 def assert_consistent(state: dict[str, Any]) -> None:
     """Every published variant names entries that exist, chained input to output."""
-    entries = state["entries"]
-    for vid, record in state["variants"].items():
-        keys = record["keys"]
-        assert list(keys) == list(STAGES), (vid, keys)
-        previous = None
-        for stage in STAGES:
-            entry = entries.get(keys[stage])
-            assert entry is not None, f"{vid}: {stage} entry {keys[stage]} is not published"
-            assert entry["stage"] == stage and entry["fingerprint"]
-            if previous is not None:
-                # the stage's key was computed from the previous stage's product
-                assert entry["fields"]["input"] == previous["fingerprint"], (vid, stage)
-            previous = entry
+    assert not inconsistencies(state), inconsistencies(state)
 
 
 @pytest.fixture
