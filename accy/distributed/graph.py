@@ -393,17 +393,9 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
     return result
 
 
-def compile_task(prev: Any, request: dict[str, Any], store_url: str | None) -> Any:
-    """Compile the target product (or read the binary back by compile key)."""
-    [compiled] = compile_group([prev], store_url)
-    if isinstance(compiled, StageFailed):
-        raise compiled
-    return compiled
-
-
 def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
-    """:func:`compile_task` for several target products: each is read back from the
-    store by its compile key if it is there; the rest compile together
+    """Compile several target products (the compile step of a chain): each is read
+    back from the store by its compile key if it is there; the rest compile together
     (:func:`~accy.executable.compile.compile_fragments`: one NVRTC run for CUDA) and
     are stored. Returns each compiled fragment, or the ``StageFailed`` of its compile."""
     from accy.executable.compile import (
@@ -806,6 +798,9 @@ class _Node:
     """The node key of its input in this graph, or None."""
     arg: Any = None
     """Its input when that is outside this graph: a held key's ref or a store reference."""
+    program: Any = None
+    """A compile node's :func:`~accy.executable.compile.shared_program`: chains whose
+    compiles share one may run as one group task; None: never grouped."""
     dependents: set[Any] = field(default_factory=set)
 
 
@@ -830,13 +825,14 @@ class GraphBuilder:
         self.ends: set[Any] = set()
 
     def node(self, key: tuple[str, str], stage: str, prev: Any, request: dict[str, Any],
-             store_url: str | None, gpu: bool = False) -> tuple[str, str]:
+             store_url: str | None, gpu: bool = False, program: Any = None) -> tuple[str, str]:
         """Add a stage run reading ``prev`` (a node key from this builder, or an outside
-        input: :meth:`ref` of a held key, or a store reference)."""
+        input: :meth:`ref` of a held key, or a store reference); a compile node names the
+        ``program`` its compile may share (:func:`~accy.executable.compile.shared_program`)."""
         if key not in self.nodes:
             inside = isinstance(prev, tuple) and len(prev) == 2 and prev in self.nodes
             self.nodes[key] = _Node(stage, request, store_url, gpu, prev if inside else None,
-                                    None if inside else prev)
+                                    None if inside else prev, program)
             if inside:
                 self.nodes[prev].dependents.add(key)
         return key
@@ -877,7 +873,7 @@ class GraphBuilder:
             return {}
         cpu: dict[Any, Any] = {}
         gpu: dict[Any, Any] = {}
-        groupable: dict[bool, list[tuple[Any, list[list[str]], Any, _Node]]] = {}
+        groupable: dict[tuple[bool, Any], list[tuple[Any, list[list[str]], Any, _Node]]] = {}
         for chain in self.segments(fuse_gpu):
             first, last = self.nodes[chain[0]], self.nodes[chain[-1]]
             name = f"{TASK_PREFIX}{first.stage}" + (f"-{last.stage}" if len(chain) > 1 else "")
@@ -889,19 +885,15 @@ class GraphBuilder:
                 else first.arg
             steps = [[self.nodes[k].stage, k[1]] for k in chain]
             on_gpu = any(self.nodes[k].gpu for k in chain)
-            if grain > 1 and "compile" in dict(steps) and \
-                    str(first.request.get("target", "")).startswith("cuda"):
-                groupable.setdefault(on_gpu, []).append((seg, steps, arg, first))
+            program = next((self.nodes[k].program for k in chain
+                            if self.nodes[k].program is not None), None)
+            if grain > 1 and program is not None:
+                groupable.setdefault((on_gpu, program), []).append((seg, steps, arg, first))
                 continue
             (gpu if on_gpu else cpu)[seg] = Task(seg, chain_task, steps, arg, first.request,
                                                  first.store_url)
-        for on_gpu, chains in groupable.items():
+        for (on_gpu, _), chains in groupable.items():  # chains whose compiles share a program
             layer = gpu if on_gpu else cpu
-            # chains that compile alike side by side: one NVRTC program takes one arch and
-            # one set of flags (fast-math), so a group of mixed flags would compile twice
-            chains.sort(key=lambda c: (str(c[3].request.get("target")),
-                                       str(c[3].request.get("options", {})
-                                           .get("target.fast_math", False)).lower()))
             for at in range(0, len(chains), grain):
                 members = chains[at:at + grain]
                 if len(members) == 1:
@@ -942,6 +934,8 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     :meth:`RefreshPlan.bind` with the futures once the graph is submitted.
     """
     from distributed import Future
+
+    from accy.executable.compile import shared_program
 
     options = request.run_options()
     shapes = dict(request.shapes)
@@ -1000,7 +994,8 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         cprev: Any = graph.ref(ckey)
     else:
         ckey = (f"{TASK_PREFIX}compile", entry_key)
-        cprev = graph.node(ckey, "compile", prev, rd, store_url, gpu=on_gpu)
+        cprev = graph.node(ckey, "compile", prev, rd, store_url, gpu=on_gpu,
+                           program=shared_program(backend, options.target_options.fast_math))
         submitted.append("compile")
     task_keys["compile"] = ckey  # type: ignore[assignment]
     if load_skipped is None:

@@ -244,6 +244,12 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     return CompiledFragment(key, plan, binary, source, elapsed, src_path)
 
 
+def shared_program(backend: Backend, fast_math: bool) -> tuple[str, tuple[str, ...]] | None:
+    """What fragments must have in common to compile in one program: their backend and
+    flags (CUDA: one NVRTC program); None where each compiles alone (the host's C)."""
+    return (backend.name, backend.flags(fast_math)) if backend.language == "cuda" else None
+
+
 GROUP_PREFIX = "accy_g{}_"
 """How :func:`compile_fragments` renames fragment ``i``'s kernels in a shared program."""
 
@@ -282,14 +288,10 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
     in order, each compiled fragment or the error of its compile.
     """
     out: list[CompiledFragment | AccyError | None] = [None] * len(jobs)
-    groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    groups: dict[Any, list[int]] = {}
     for i, job in enumerate(jobs):
-        backend = fragment_backend(job)
-        if backend.language == "cuda":
-            fast = FragmentPlan.of(job).fast_math
-            groups.setdefault((backend.name, backend.flags(fast)), []).append(i)
-        else:
-            groups[(f"alone-{i}", ())] = [i]
+        program = shared_program(fragment_backend(job), FragmentPlan.of(job).fast_math)
+        groups.setdefault(program if program is not None else ("alone", i), []).append(i)
     for members in groups.values():
         shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members]) \
             if len(members) > 1 else None

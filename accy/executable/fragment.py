@@ -164,25 +164,24 @@ class LoadedFragment:
         >>> # args, results = loaded.prepare([x]); loaded.launch_all(args, results)
         """
         self._check_inputs(inputs)
-        xp: Any = np
-        if self.backend.needs_gpu:
-            import cupy
-
-            xp = cupy
-        else:
+        if not self.backend.needs_gpu:
             inputs = [np.asarray(a) for a in inputs]
-        return self._prepare(xp, inputs), self.allocate_results()
+        return self._prepare(self._xp(), inputs), self.allocate_results()
 
     def allocate_results(self) -> list[Any]:
         """Fresh result buffers for :meth:`launch_all` (CuPy on CUDA, NumPy on the host):
         what another fragment of the same signature needs besides arguments
         :meth:`prepare` made once (``accy tune`` times a group's variants on one set)."""
-        xp: Any = np
+        xp = self._xp()
+        return [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
+
+    def _xp(self) -> Any:
+        """The array module of this fragment's arrays: CuPy on CUDA, NumPy on the host."""
         if self.backend.needs_gpu:
             import cupy
 
-            xp = cupy
-        return [xp.empty(tuple(shape), dtype=_STORAGE[el]) for shape, el in self.plan.results]
+            return cupy
+        return np
 
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
         """Run the launch table on arrays already prepared (:meth:`prepare`): CuPy

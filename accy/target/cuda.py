@@ -85,8 +85,6 @@ HELPERS = {
     "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }""",
-    # a wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading
-    # and stride byte offsets, each in 16-byte units (PTX ISA, "Matrix Descriptor Format")
     # a TMA tensor map as the loader encodes it (CUtensorMap: 128 opaque bytes), and a
     # wait on an mbarrier's phase of the given parity
     "accy_mbar_wait": r"""struct __align__(64) accy_tmap { unsigned long long w[16]; };
@@ -96,6 +94,8 @@ __device__ __forceinline__ void accy_mbar_wait(unsigned bar, unsigned parity) {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                  "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 }""",
+    # a wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading
+    # and stride byte offsets, each in 16-byte units (PTX ISA, "Matrix Descriptor Format")
     "accy_wgmma_desc": r"""__device__ __forceinline__ unsigned long long accy_wgmma_desc(
     unsigned addr, unsigned lead, unsigned stride) {
   return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(lead >> 4) << 16)
@@ -606,9 +606,9 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                   "  }",
                   "}"]
         return "\n".join(lines), b.tables
-    pre, bnames = decompose("bz", batch_shape, "b") if batch_shape else ([], ())
-    lines += ["  " + p for p in pre]
-    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
+    pre, bnames = _batch_prologue(batch_shape)  # never an empty batch: the plan needs one
+    lines += pre
+    ep, stores = _matmul_epilogue(k, b, mm, outs, bnames)
     lines += ["  #pragma unroll",
               f"  for (int i = 0; i < {mt_m}; ++i) {{",
               f"    const long long m = m0 + {row};",
@@ -712,6 +712,28 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "  }",
               "}"]
     return "\n".join(lines), b.tables
+
+
+def _fragment_epilogue(loops: list[tuple[str, int]], row: str, col: str, acc: str,
+                       body: list[str], indent: str) -> list[str]:
+    """The epilogue over accumulators in the tensor cores' m16n8 C-fragment layout
+    (``mma.sync`` and ``wgmma`` alike): inside ``loops`` (index, count) over the 16×8
+    tiles, a tile at block row ``row`` and column ``col`` holds in accumulator ``h`` the
+    output row ``lane/4`` (+8 for h ≥ 2) and column ``2·(lane%4)`` (+1 for odd h);
+    ``acc`` is its value (bound to ``accv``), ``body`` what the epilogue does with it."""
+    out: list[str] = []
+    pad = indent
+    for name, count in [*loops, ("h", 4)]:
+        out += [f"{pad}#pragma unroll", f"{pad}for (int {name} = 0; {name} < {count}; ++{name}) {{"]
+        pad += "  "
+    out += [f"{pad}const long long m = m0 + {row} + (lane >> 2) + (h >> 1) * 8;",
+            f"{pad}const long long n = n0 + {col} + (lane & 3) * 2 + (h & 1);",
+            f"{pad}const float accv = {acc};",
+            *(pad + line for line in body)]
+    for _ in range(len(loops) + 1):
+        pad = pad[:-2]
+        out.append(f"{pad}}}")
+    return out
 
 
 def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
@@ -829,21 +851,10 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "  }",
               "  asm volatile(\"cp.async.wait_group 0;\" ::);"]
     ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
-    # accumulator h of tile (i, j): row g (+8 for h >= 2), columns 2t and 2t + 1
-    lines += ["  #pragma unroll",
-              f"  for (int i = 0; i < {mt}; ++i) {{",
-              "    #pragma unroll",
-              f"    for (int j = 0; j < {nt}; ++j) {{",
-              "      #pragma unroll",
-              "      for (int h = 0; h < 4; ++h) {",
-              f"        const long long m = m0 + wm * {wtm} + i * 16 + (lane >> 2) + (h >> 1) * 8;",
-              f"        const long long n = n0 + wn * {wtn} + j * 8 + (lane & 3) * 2 + (h & 1);",
-              f"        const float accv = {round_compute('acc[i][j][h]', el)};",
-              *("        " + s for s in ep.lines + stores),
-              "      }",
-              "    }",
-              "  }",
-              "}"]
+    lines += _fragment_epilogue([("i", mt), ("j", nt)], f"wm * {wtm} + i * 16",
+                                f"wn * {wtn} + j * 8", round_compute("acc[i][j][h]", el),
+                                ep.lines + stores, "  ")
+    lines.append("}")
     return "\n".join(lines), b.tables
 
 
@@ -980,22 +991,12 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"      for (int i = 0; i < {n_acc}; ++i) asm volatile(\"\" : \"+f\"(d[mt][i]) :: "
               "\"memory\");"]
     ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
-    # accumulator 4j + h: row lane/4 (+8 for h >= 2) of the warp's 16, columns 8j + 2(lane%4)
-    lines += ["    #pragma unroll",
-              f"    for (int mt = 0; mt < {per}; ++mt)",
-              "      #pragma unroll",
-              f"      for (int j = 0; j < {tn // 8}; ++j) {{",
-              "        #pragma unroll",
-              "        for (int h = 0; h < 4; ++h) {",
-              f"          const long long m = m0 + (cw * {per} + mt) * 64 + wq * 16 + (lane >> 2) "
-              "+ (h >> 1) * 8;",
-              "          const long long n = n0 + j * 8 + (lane & 3) * 2 + (h & 1);",
-              f"          const float accv = {round_compute('d[mt][4 * j + h]', el)};",
-              *("          " + s for s in ep.lines + stores),
-              "        }",
-              "      }",
-              "  }",
-              "}"]
+    # warp wq of the consumer holds rows 16·wq … of its 64-row slices
+    lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
+                                f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
+                                round_compute("d[mt][4 * j + h]", el), ep.lines + stores,
+                                "    ")
+    lines += ["  }", "}"]
     return "\n".join(lines), b.tables
 
 

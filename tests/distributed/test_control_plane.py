@@ -292,8 +292,8 @@ def test_a_group_is_keyed_by_its_members():
         g = graph.GraphBuilder()
         for n in names:
             request = {"target": "cuda:sm_90", "options": {}}
-            g.node(("accy_compile", n), "compile", ("accy_target", n), request, None)
-            g.nodes[("accy_compile", n)].arg = "outside"
+            g.node(("accy_compile", n), "compile", "outside", request, None,
+                   program=("cuda:sm_90", ("--fmad=false",)))
         client = Capture()
         g.submit(client, grain=2)
         return {k for k in client.tasks if str(k[0]).startswith("accy_group-")}

@@ -242,15 +242,9 @@ def test_f32_mlp_block_runs_both_matmuls_on_the_ffma_kernel() -> None:
 def test_an_unaligned_arena_operand_runs_the_generic_tiles() -> None:
     """A matmul reading an intermediate at arena byte 12 (memory.alignment=4) runs the
     generic tiles, at byte 16 the FFMA kernel: both match the reference."""
-    from stage_programs import program
+    from stage_programs import offset_matmul
 
-    sm = program(["tensor<3xf32>", "tensor<128x64xf32>", "tensor<64x128xf32>"],
-                 ["tensor<128x128xf32>", "tensor<3xf32>"], """\
-    %0 = "semantic.exp"(%a0) : (tensor<3xf32>) -> tensor<3xf32>
-    %1 = "semantic.exp"(%a1) : (tensor<128x64xf32>) -> tensor<128x64xf32>
-    %2 = "semantic.matmul"(%1, %a2) : (tensor<128x64xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
-    %3 = "semantic.add"(%0, %0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-    "func.return"(%2, %3) : (tensor<128x128xf32>, tensor<3xf32>) -> ()""")
+    sm = offset_matmul(128, 64, 128)
     rng = np.random.default_rng(7)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(3,), (128, 64), (64, 128)]]
     for alignment, mapping in ((4, "tiled"), (16, "ffma-tiled")):

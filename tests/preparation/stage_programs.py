@@ -29,6 +29,19 @@ def program(args: list[str], results: list[str], body: str,
     return SemanticModule.from_text(program_text(args, results, body), file)
 
 
+def offset_matmul(m: int, k: int, n: int) -> SemanticModule:
+    """A matmul whose A is an intermediate placed after a 12-byte buffer (and a second
+    result, so that buffer lives): with ``memory.alignment=4`` A starts at arena byte
+    12, where a float4 load faults; with 16 or more it is aligned. Run unfused."""
+    a, b, c = f"tensor<{m}x{k}xf32>", f"tensor<{k}x{n}xf32>", f"tensor<{m}x{n}xf32>"
+    return program(["tensor<3xf32>", a, b], [c, "tensor<3xf32>"], f"""\
+    %0 = "semantic.exp"(%a0) : (tensor<3xf32>) -> tensor<3xf32>
+    %1 = "semantic.exp"(%a1) : ({a}) -> {a}
+    %2 = "semantic.matmul"(%1, %a2) : ({a}, {b}) -> {c}
+    %3 = "semantic.add"(%0, %0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    "func.return"(%2, %3) : ({c}, tensor<3xf32>) -> ()""")
+
+
 def graph(name: str, element: str | None = None) -> SemanticModule:
     """``graphs/<name>.mlir`` (every f32 tensor made ``element`` when given)."""
     path = GRAPHS[0].parent / f"{name}.mlir"

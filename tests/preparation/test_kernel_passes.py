@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from stage_programs import GRAPHS, graph, graph_shapes, program
+from stage_programs import GRAPHS, graph, graph_shapes, offset_matmul, program
 
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.pipeline import PREPARATION_NAMES as STAGES
@@ -303,15 +303,7 @@ def test_other_f32_matmuls_keep_the_generic_tiles(sm, opts):
 
 
 def test_an_unaligned_arena_operand_keeps_the_generic_tiles():
-    # a 12-byte buffer is allocated first: with a 4-byte arena alignment the matmul's
-    # A (an intermediate) starts at byte 12, where a float4 load faults
-    sm = program(["tensor<3xf32>", "tensor<64x64xf32>", "tensor<64x64xf32>"],
-                 ["tensor<64x64xf32>", "tensor<3xf32>"], """\
-    %0 = "semantic.exp"(%a0) : (tensor<3xf32>) -> tensor<3xf32>
-    %1 = "semantic.exp"(%a1) : (tensor<64x64xf32>) -> tensor<64x64xf32>
-    %2 = "semantic.matmul"(%1, %a2) : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
-    %3 = "semantic.add"(%0, %0) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-    "func.return"(%2, %3) : (tensor<64x64xf32>, tensor<3xf32>) -> ()""")
+    sm = offset_matmul(64, 64, 64)
     for alignment, mapping in ((4, "tiled"), (16, "ffma-tiled"),
                                (256, "ffma-tiled")):
         r = kernel(sm, opts=["dispatch.fuse=false", f"memory.alignment={alignment}"])

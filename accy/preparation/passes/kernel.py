@@ -14,9 +14,9 @@ plan, per kind, for CUDA:
   registers** once (up to 32 values a thread) and reductions run as
   warp-shuffle trees (then across warps through shared memory);
 - matmul: bf16/f16 on Hopper's **warpgroup tensor cores** (``wgmma-tiled``:
-  ``wgmma.mma_async`` m64nNk16 from 128-byte-swizzled shared tiles fed by a
-  ``cp.async`` pipeline, two warpgroups a 128-row block) when the shapes
-  divide its tiles on sm_90; else on the **tensor cores** (``mma-tiled``: warp-level
+  ``wgmma.mma_async`` m64nNk16 from 128-byte-swizzled shared tiles the TMA loads
+  for a producer warpgroup, two consumer warpgroups a block) when the shapes
+  divide its tiles on ``cuda:sm_90a``; else on the **tensor cores** (``mma-tiled``: warp-level
   ``mma.sync`` m16n8k16 with f32 accumulators, operands staged through a
   ``cp.async`` pipeline of ``stages`` swizzled shared-memory tiles and read
   with ``ldmatrix``) when the shapes divide its tiles; f32 with plain row-major
@@ -224,7 +224,7 @@ class PlanKernels(Pass):
     """The CUDA compute capability (tensor cores need 80 or more)."""
     wgmma: bool = False
     """bf16/f16 matmuls whose shapes divide the warpgroup tiles run on ``wgmma`` (the
-    option, where the backend has it: sm_90)."""
+    option, where the backend has it: ``cuda:sm_90a``)."""
     wgmma_tile: tuple[int, int] = (KernelOptions.wgmma_tile_m, KernelOptions.wgmma_tile_n)
     wgmma_stages: int = KernelOptions.wgmma_stages
     ffma_tiles: bool = KernelOptions.ffma_tiles
@@ -341,19 +341,12 @@ class PlanKernels(Pass):
         if 0 in out or 0 in tuple(mm.operands[0].type.shape):  # type: ignore[attr-defined]
             return None  # nothing to multiply: the guarded FFMA tiles
         a, b = mm.operands
-        args = list(region.body.args)
-        if a not in args or b not in args:
-            return None
         el = {a.type.element.name, b.type.element.name}  # type: ignore[attr-defined]
-        if len(el) != 1 or not el <= {"bf16", "f16"}:
+        dims = _row_major_operands(region, mm)
+        if dims is None or len(el) != 1 or not el <= {"bf16", "f16"}:
             return None
-        out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]
-        sa, sb = tuple(a.type.shape), tuple(b.type.shape)  # type: ignore[attr-defined]
-        m, n, k = out[-2], out[-1], sa[-1]
-        if sa != out[:-2] + (m, k) or sb != out[:-2] + (k, n):
-            return None
+        batch, m, n, k = dims
         kind = el.pop()
-        batch = math.prod(out[:-2]) if len(out) > 2 else 1
         if not _vector_aligned(region, offsets, 4):
             return None
         wm, wn = wgmma_tiles(*self.wgmma_tile, m, n, batch)

@@ -2,9 +2,10 @@
 
 The product (a ``TargetJob``) keeps the kernel IR and adds, on the module:
 ``target.target``, ``target.language`` (``cuda`` or ``c``), ``target.source``
-(one translation unit), ``target.launches`` (kernel, grid, block, static and dynamic shared bytes,
-buffer ids and the TMA tensor maps the loader makes, in order), ``target.buffers`` and ``target.arena_bytes`` (the
-memory plan of the entry function). The compile step reads nothing else.
+(one translation unit), ``target.launches`` (kernel, grid, block, static and
+dynamic shared bytes, buffer ids and the TMA tensor maps the loader makes, in
+order), ``target.buffers`` and ``target.arena_bytes`` (the memory plan of the
+entry function). The compile step reads nothing else.
 """
 
 from __future__ import annotations
@@ -98,8 +99,7 @@ class EmitSource(Pass):
     def apply(self, ctx: PassContext, module: Operation) -> None:
         assert isinstance(module, ModuleOp)
         kernels = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
-        backend = backend_of(self.target)
-        language = backend.language
+        language = backend_of(self.target).language
         source = RENDERERS[language](kernels, self.fast_math)
         kmap = {k.sym_name: k for k in kernels}
         entry = module.entry()
