@@ -4,7 +4,7 @@ random moment in each trial, the invariants checked after every one.
 A trial runs one batch (host and ``cuda:sm_90`` variants of the row graphs,
 shapes new to the trial so it really computes) in a thread, and kills a worker
 (SIGKILL; the nanny restarts it) at one of these moments, in turn: at once
-(while the programs are scattered), when a worker is busy (mid-graph), a
+(while the batch is resolved and submitted), when a worker is busy (mid-graph), a
 random delay in, twice (two kills), or after the batch (before the follow-up).
 Then:
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
-MOMENTS = ("scatter", "busy", "random", "twice", "after")
+MOMENTS = ("start", "busy", "random", "twice", "after")
 
 
 def trial_variants(trial: int) -> list[Any]:
@@ -148,7 +148,7 @@ def run_trial(cluster: Any, client: Any, trial: int, moment: str, rng: random.Ra
     if other is not None:
         second.start()
     kills = 0
-    if moment in ("scatter", "twice"):
+    if moment in ("start", "twice"):
         _kill(pids, rng.choice(sorted(pids)))
         kills += 1
     if moment in ("busy", "twice"):

@@ -368,6 +368,10 @@ def test_timing_devices_one_per_gpu_and_host_groups_on_cpu_workers() -> None:
     cuda90 = [chosen[g.id][0] for g in groups if g.target == "cuda:sm_90"]
     # g1 and g2 share a GPU: the two groups go to two different GPUs
     assert sorted(cuda90) == ["tcp://g1", "tcp://g3"]
+    # what `--target cuda` means on Hopper (sm_90a) times on the sm_90 devices too
+    hopper = group_variants([Variant(SOFTMAX, "cuda:sm_90a", {0: (r, 256)}) for r in (8, 16)])
+    assert sorted(w for g in hopper for w, _ in [choose_timers(hopper, infos, resources)[g.id]]) \
+        == ["tcp://g1", "tcp://g3"]
     assert {chosen[g.id][0] for g in groups if g.target == "host"} == {"tcp://c1"}
     for g in groups:
         if g.target == "cuda:sm_80":

@@ -29,6 +29,7 @@ from typing import Any
 from accy.distributed.graph import (
     ClusterLost,
     GraphBuilder,
+    InlineProgram,
     InputLost,
     RefreshPlan,
     StageFailed,
@@ -37,7 +38,6 @@ from accy.distributed.graph import (
     plan_refresh,
     resolution_request,
     resolve_many,
-    scatter_modules,
     settle_for_a_worker,
 )
 from accy.distributed.local import HOST_ENV
@@ -402,16 +402,13 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     all_gpu = bool(answer.get("all_gpu", gpu))
     graph = GraphBuilder()
     plans: list[RefreshPlan] = []
-    # the programs of variants with no published prefix, scattered in one round trip
-    starts = {m.fingerprint(): m for (_, m, _), r in zip(todo, answer["results"])
-              if fresh or not r.get("resolved")}
-    scattered: dict[str, Any] = dict(scatter_modules(client, list(starts.values())))
+    programs: dict[str, InlineProgram] = {}  # each program's bytes, once for the batch
     for (_, mod, req), resolution in zip(todo, answer["results"]):
         if fresh:  # what the published state pointed at is gone: recompute it all
             resolution = {"resolved": [], "variant": resolution.get("variant"),
                           "nearest": resolution.get("nearest")}
         plans.append(plan_refresh(client, mod, req, resolution, store_url, gpu, graph,
-                                  scattered))
+                                  programs))
     del answer
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)

@@ -41,9 +41,11 @@ the control plane (task specs, small dicts) is Dask's own.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,9 +179,11 @@ def _materialized(product: Product, stage_name: str) -> Product:
 
 
 def _input_product(prev: Any, store: Any, stage_name: str) -> Product:
-    """The product a task reads: a held result, scattered data, or (when the
+    """The product a task reads: a held result, an inline program, or (when the
     result it was resolved to is no longer held) the store's copy, admitted for
     its key like any other read-back."""
+    if isinstance(prev, InlineProgram):
+        return program_of(prev)
     if isinstance(prev, ChainResult):
         prev = prev.result
     if isinstance(prev, StageResult):
@@ -614,7 +618,7 @@ class RefreshPlan:
     resolution: dict[str, Any] = field(default_factory=dict)
     """The scheduler's answer for this variant: prefix, compile entry, variant record."""
     held: list[Any] = field(default_factory=list)
-    """Futures this plan's graph depends on (held keys, scattered data): kept alive."""
+    """Futures this plan's graph depends on (held keys): kept alive."""
     submitted: list[str] = field(default_factory=list)
     """The stages (and compile, load) that got a node in the graph."""
     holders: dict[str, Any] = field(default_factory=dict)
@@ -645,48 +649,62 @@ class RefreshPlan:
         self.held = []
 
 
-def scatter_module(client: Any, module: SemanticModule) -> Any:
-    """The program as data on the cluster (msgpack frames), keyed by its fingerprint.
+@dataclass(frozen=True)
+class InlineProgram:
+    """A program as a literal argument of the tasks that start from it: its msgpack wire
+    form, decoded once per worker process (:func:`program_of`).
 
-    Task specs are pickled by Dask, and products refuse pickling: the module
-    enters the graph as scattered data instead of a literal argument (see
-    :func:`scatter_modules`).
+    Not scattered data: a task that depends on data is placed where the data lives,
+    and every task of a batch read the one scattered copy of its program — on the
+    GPU machine the 15-worker batch kept its workers 34 % busy, the busiest at 82 %
+    (RESULTS.md, batch, fourth session). A literal argument makes the chain a
+    task without dependencies, which the scheduler spreads over the workers; a
+    program is a few KB, sent once per task (chains of one program in one group
+    task share the bytes: pickle writes a repeated object once), and nothing is
+    lost with a worker.
     """
-    return scatter_modules(client, [module])[module.fingerprint()]
+
+    fingerprint: str
+    wire: bytes
+
+    @staticmethod
+    def of(module: SemanticModule) -> InlineProgram:
+        return InlineProgram(module.fingerprint(), module.to_wire())
 
 
-def scatter_modules(client: Any, modules: list[SemanticModule]) -> dict[str, Any]:
-    """Several programs in one scatter (one round trip): fingerprint → future.
+_PROGRAMS: collections.OrderedDict[tuple[str, bytes], SemanticModule] = \
+    collections.OrderedDict()
+_PROGRAMS_LOCK = threading.Lock()
+PROGRAMS_KEPT = 64
+"""Decoded programs a worker process keeps (least recently used dropped first)."""
 
-    Each program goes to one worker; any other worker fetches it when its first
-    task needs it and keeps the copy (Dask counts it as a replica). No
-    ``broadcast``: Dask replicates in rounds — 0.34 s of a 2-s batch at 15
-    workers on the GPU machine before any task could start — outside the
-    scatter's timeout, and a worker killed meanwhile held it up for 30 s per
-    connection attempt (a two-client fault trial hung past 90 s). A program lost
-    with its only worker makes its variants' tasks lost, and the batch refreshes
-    those again (:data:`accy.distributed.batch.LOST_RETRIES`), scattering anew.
+
+def program_of(p: InlineProgram) -> SemanticModule:
+    """The module of an inline program, decoded and checked against its fingerprint once
+    per process; a program whose bytes do not match the fingerprint it claims is an
+    error of the batch that sent it, never run.
+
+    >>> from accy.preparation.products import SemanticModule
+    >>> sm = SemanticModule.from_file("graphs/softmax.mlir")
+    >>> p = InlineProgram.of(sm)
+    >>> program_of(p).fingerprint() == sm.fingerprint(), program_of(p) is program_of(p)
+    (True, True)
     """
-    import uuid
-
-    # A fresh key each time: re-scattering a key the scheduler is still
-    # releasing would cancel the tasks that depend on it.
-    tag = uuid.uuid4().hex[:8]
-    data = {f"{TASK_PREFIX}semantic-{m.fingerprint()}-{tag}": m for m in modules}
-    if not data:
-        return {}
-    for attempt in range(SCATTER_TRIES):
-        _some_worker(client)
-        try:  # a worker dying mid-scatter must not hang the batch: bounded, tried again
-            futures = client.scatter(data, hash=False, timeout=SCATTER_TIMEOUT_S)
-            break
-        except (TimeoutError, OSError) as e:
-            if attempt + 1 == SCATTER_TRIES:
-                raise AccyError(f"sending the programs to the workers failed "
-                                f"{SCATTER_TRIES} times ({type(e).__name__}: {e}); is the "
-                                f"cluster losing workers?") from None
-            settle_for_a_worker(client, 2.0 * (attempt + 1), SCATTER_TIMEOUT_S / 2)
-    return {m.fingerprint(): futures[k] for k, m in data.items()}
+    key = (p.fingerprint, p.wire)
+    with _PROGRAMS_LOCK:
+        hit = _PROGRAMS.get(key)
+        if hit is not None:
+            _PROGRAMS.move_to_end(key)
+            return hit
+    module = Product.from_wire(p.wire)
+    if not isinstance(module, SemanticModule) or module.fingerprint() != p.fingerprint:
+        raise AccyError(f"the program sent as {p.fingerprint[:12]} does not match its "
+                        "fingerprint")
+    with _PROGRAMS_LOCK:
+        _PROGRAMS[key] = module
+        while len(_PROGRAMS) > PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+    return module
 
 
 def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
@@ -700,9 +718,6 @@ def settle_for_a_worker(client: Any, settle: float, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
 
 
-SCATTER_TIMEOUT_S = 60
-SCATTER_TRIES = 3
-"""The programs' scatter is bounded in time and tried again twice (after 2 s, 4 s)."""
 NO_WORKERS_WAIT_S = 30
 """How long a batch waits for a cluster that has no worker at all (all lost, none
 restarted), then ends with one error line instead of waiting on Dask without bound.
@@ -744,20 +759,6 @@ class ClusterLost(AccyError):
 
     partial: Any = None
     total: int = 0
-
-
-def _some_worker(client: Any) -> None:
-    """Return when the cluster has a worker; an :class:`AccyError` after
-    :data:`NO_WORKERS_WAIT_S` without one (a scatter to no worker waits its whole timeout)."""
-    try:
-        if client.nthreads():
-            return
-        client.wait_for_workers(1, timeout=no_workers_wait())
-    except AccyError:
-        raise
-    except Exception as e:  # noqa: BLE001 — a timeout, or the scheduler gone too
-        raise ClusterLost(f"the cluster has no workers (waited {no_workers_wait():g} s: "
-                          f"{type(e).__name__}); are they all lost?") from None
 
 
 def resolution_request(module: SemanticModule, request: VariantRequest,
@@ -925,12 +926,14 @@ class GraphBuilder:
 
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
                  resolution: dict[str, Any], store_url: str | None, gpu_workers: bool,
-                 graph: GraphBuilder, scattered: dict[str, Any] | None = None) -> RefreshPlan:
+                 graph: GraphBuilder,
+                 programs: dict[str, InlineProgram] | None = None) -> RefreshPlan:
     """Short-circuit the resolved prefix and add the remaining stage runs to ``graph``.
 
     ``resolution`` is this variant's answer from
     :func:`accy.distributed.resolve.resolve` (run by the scheduler plugin);
-    ``scattered`` caches the program's scattered data across one batch. Call
+    ``programs`` caches each program's :class:`InlineProgram` across one batch (its
+    chains then share one bytes object). Call
     :meth:`RefreshPlan.bind` with the futures once the graph is submitted.
     """
     from distributed import Future
@@ -960,11 +963,8 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         else:  # released: the next task reads it from the store (or fails: not stored)
             prev = ("store", last.key, last.entry.get("fields") or {"stage": last.stage})
     else:
-        cache = scattered if scattered is not None else {}
-        if module.fingerprint() not in cache:
-            cache[module.fingerprint()] = scatter_module(client, module)
-        held.append(cache[module.fingerprint()])
-        prev = graph.ref(cache[module.fingerprint()].key)
+        cache = programs if programs is not None else {}
+        prev = cache.setdefault(module.fingerprint(), InlineProgram.of(module))
     for s in preparation()[len(resolved):]:
         # the first node's input is known by content; each later one's by the node before
         t = request.template(s.name)

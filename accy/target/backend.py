@@ -225,6 +225,17 @@ def target_arch(device_arch: str) -> str:
     return "sm_90a" if device_arch == "sm_90" else device_arch
 
 
+def runs_on(target_arch: str, device_arch: str) -> bool:
+    """Whether a cubin accy compiles for ``target_arch`` runs on a GPU of ``device_arch``
+    (as a device reports it, ``sm_XY``): the same compute capability, the arch-specific
+    ``sm_90a`` included — what :func:`target_arch` picks for that device.
+
+    >>> runs_on("sm_90a", "sm_90"), runs_on("sm_90", "sm_90"), runs_on("sm_90a", "sm_89")
+    (True, True, False)
+    """
+    return target_arch.removesuffix("a") == device_arch.removesuffix("a")
+
+
 @functools.cache
 def local_cuda_arch() -> str | None:
     """The local GPU's ``sm_XX``, or None (only ``--target cuda`` asks).
@@ -252,4 +263,4 @@ def local_cuda_arch() -> str | None:
 
 
 __all__ = ["Backend", "HostBackend", "CudaBackend", "HOST", "backend_for", "backend_of",
-           "local_cuda_arch", "target_arch", "ALL_DTYPES", "HOST_FLAGS"]
+           "local_cuda_arch", "runs_on", "target_arch", "ALL_DTYPES", "HOST_FLAGS"]

@@ -40,7 +40,7 @@ from typing import Any
 
 from accy.errors import AccyError
 from accy.sweep import Variant
-from accy.target.backend import backend_of
+from accy.target.backend import backend_of, runs_on
 from accy.tune.database import (
     TuningDatabase,
     accy_version,
@@ -155,7 +155,8 @@ def choose_timers(groups: Sequence[Group], infos: dict[str, dict[str, Any]],
         pool = host if g.kind == "host" else cuda
         arch = g.target.partition(":")[2]
         if g.kind == "cuda":
-            pool = [a for a in pool if (infos[a].get("gpu") or {}).get("arch") == arch]
+            pool = [a for a in pool
+                    if runs_on(arch, str((infos[a].get("gpu") or {}).get("arch")))]
             if not pool:
                 have = sorted({str((infos[a].get("gpu") or {}).get("arch")) for a in cuda})
                 chosen[g.id] = (None, f"no GPU worker of arch {arch} to time on"

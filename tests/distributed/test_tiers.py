@@ -101,62 +101,48 @@ def test_a_fragment_copied_over_another_key_is_not_reused(tmp_path):
     np.testing.assert_allclose(np.asarray(y), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
-def test_a_scatter_that_times_out_is_tried_again_then_one_error(monkeypatch):
-    """A worker dying during the broadcast scatter hung ``accy batch`` forever: the
-    scatter is bounded in time, tried again (after waiting for a worker), then a
-    one-line AccyError."""
-    import time
+def test_a_program_travels_inline_decoded_once_and_checked():
+    """No scatter (a batch's tasks were placed where its one copy lived, and a worker
+    dying mid-scatter hung it): the program is a literal task argument, decoded once per
+    process, and bytes that do not match the fingerprint they claim never run."""
+    import pickle
 
     from accy.distributed import graph
     from accy.errors import AccyError
     from accy.preparation.products import SemanticModule
 
-    calls = []
-    waits = []
-    monkeypatch.setattr(time, "sleep", waits.append)
-
-    class Client:
-        def scatter(self, data, **kwargs):  # type: ignore[no-untyped-def]
-            calls.append(kwargs.get("timeout"))
-            raise TimeoutError("no worker answered")
-
-        def wait_for_workers(self, n, timeout):  # type: ignore[no-untyped-def]
-            waits.append(("workers", n))
-
-        def nthreads(self):  # type: ignore[no-untyped-def]
-            return {"tcp://w:1": 1}
-
     sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
-    with pytest.raises(AccyError, match="sending the programs to the workers failed 3 times"):
-        graph.scatter_modules(Client(), [sm])
-    assert calls == [graph.SCATTER_TIMEOUT_S] * graph.SCATTER_TRIES
-    assert waits == [2.0, ("workers", 1), 4.0, ("workers", 1)]
+    other = SemanticModule.from_file(str(GRAPHS / "layernorm.mlir"))
+    p = graph.InlineProgram.of(sm)
+    back = pickle.loads(pickle.dumps(p))  # what the task spec does with it
+    assert back == p and graph.program_of(back).fingerprint() == sm.fingerprint()
+    assert graph.program_of(back) is graph.program_of(p)  # decoded once
+    forged = graph.InlineProgram(sm.fingerprint(), other.to_wire())
+    with pytest.raises(AccyError, match="does not match its fingerprint"):
+        graph.program_of(forged)
+    # two chains of one program in one task: the bytes are pickled once
+    one, two = len(pickle.dumps([p])), len(pickle.dumps([p, p]))
+    assert two - one < 64 < len(p.wire)
 
 
-def test_a_cluster_without_workers_ends_the_scatter_in_bounded_time():
-    """All workers lost and none restarted: one AccyError after a bounded wait, never a
-    scatter waiting on Dask for its whole timeout, three times."""
-    from accy.distributed import graph
-    from accy.errors import AccyError
+def test_a_batch_graph_has_no_data_dependencies_on_the_programs():
+    """Chains that start from the program are tasks without dependencies: the scheduler
+    spreads them, none waits on a worker holding data."""
+    from accy.distributed.graph import GraphBuilder, InlineProgram, plan_refresh
+    from accy.distributed.batch import _request
     from accy.preparation.products import SemanticModule
-
-    asked = []
-
-    class Client:
-        def nthreads(self):  # type: ignore[no-untyped-def]
-            return {}
-
-        def wait_for_workers(self, n, timeout):  # type: ignore[no-untyped-def]
-            asked.append(timeout)
-            raise TimeoutError("no worker")
-
-        def scatter(self, data, **kwargs):  # type: ignore[no-untyped-def]
-            raise AssertionError("scattered to no worker")
+    from accy.sweep import Variant
 
     sm = SemanticModule.from_file(str(GRAPHS / "softmax.mlir"))
-    with pytest.raises(AccyError, match="the cluster has no workers"):
-        graph.scatter_modules(Client(), [sm])
-    assert asked == [graph.no_workers_wait()]
+    g = GraphBuilder()
+    programs: dict = {}
+    for rows in (8, 16):
+        plan_refresh(None, sm, _request(Variant(str(GRAPHS / "softmax.mlir"), "host",
+                                                {0: (rows, 256)})),
+                     {"resolved": []}, None, False, g, programs)
+    firsts = [n for n in g.nodes.values() if n.after is None]
+    assert len(firsts) == 2 and all(isinstance(n.arg, InlineProgram) for n in firsts)
+    assert firsts[0].arg is firsts[1].arg is programs[sm.fingerprint()]
 
 
 def test_a_batch_whose_cluster_loses_every_worker_ends_in_bounded_time(monkeypatch):
