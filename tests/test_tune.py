@@ -373,6 +373,12 @@ def test_timing_devices_one_per_gpu_and_host_groups_on_cpu_workers() -> None:
     assert sorted(w for g in hopper for w, _ in [choose_timers(hopper, infos, resources)[g.id]]) \
         == ["tcp://g1", "tcp://g3"]
     assert {chosen[g.id][0] for g in groups if g.target == "host"} == {"tcp://c1"}
+    # one GPU, three timing workers: the groups spread over them (the lock orders them)
+    one = {f"tcp://t{i}": {"host": "a", "gpu": dict(h200, pci_bus_id="0000:01:00.0")}
+           for i in range(3)}
+    three = group_variants([Variant(SOFTMAX, "cuda:sm_90a", {0: (r, 256)}) for r in (8, 16, 32)])
+    picked = choose_timers(three, one, {a: {"GPU": 1, "GPU_TIMER": 1} for a in one})
+    assert sorted(w for w, _ in picked.values()) == ["tcp://t0", "tcp://t1", "tcp://t2"]
     for g in groups:
         if g.target == "cuda:sm_80":
             worker, why = chosen[g.id]

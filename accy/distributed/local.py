@@ -10,9 +10,11 @@ One builder for every local cluster accy starts (``accy batch``, ``accy tune``):
   listing that GPU first — set in the worker's environment before CuPy
   initialises, as dask-cuda's ``LocalCUDACluster`` does (accy does the small
   part it needs and does not depend on dask-cuda). Every worker declares
-  ``GPU=1``; the first worker of each GPU also ``GPU_TIMER=1`` (timings never
-  share a device); every worker declares ``CPU_TIMER=1`` (host timings, one per
-  core);
+  ``GPU=1``; the first :data:`TIMERS_PER_GPU` workers of each GPU also
+  ``GPU_TIMER=1`` — ``accy tune`` spreads its groups over them, and a device lock
+  lets one of them time at a time (timings never share a device) while the others
+  make their groups' inputs and reference results on the CPU; every worker
+  declares ``CPU_TIMER=1`` (host timings, one per core);
 - the scheduler and workers bind ``host`` (127.0.0.1 unless asked), accy is
   preloaded everywhere, the dashboard's routes and the batch configuration
   (:func:`accy.distributed.batch_cluster_config`) are set as the scheduler starts;
@@ -30,8 +32,8 @@ Example
 -------
 >>> visible_devices(2, 4)
 '2,3,0,1'
->>> [sorted(s["options"]["resources"]) for s in worker_specs(3, ["0", "1"]).values()]
-[['CPU_TIMER', 'GPU', 'GPU_TIMER'], ['CPU_TIMER', 'GPU', 'GPU_TIMER'], ['CPU_TIMER', 'GPU']]
+>>> [sorted(s["options"]["resources"]) for s in worker_specs(7, ["0", "1"]).values()][-2:]
+[['CPU_TIMER', 'GPU', 'GPU_TIMER'], ['CPU_TIMER', 'GPU']]
 >>> [s["options"]["env"] for s in worker_specs(3, ["0", "1"]).values()]
 [{'CUDA_VISIBLE_DEVICES': '0,1'}, {'CUDA_VISIBLE_DEVICES': '1,0'}, {'CUDA_VISIBLE_DEVICES': '0,1'}]
 """
@@ -82,6 +84,14 @@ def visible_devices(i: int, devices: int | list[str]) -> str:
     return ",".join(ids[i:] + ids[:i])
 
 
+TIMERS_PER_GPU = 3
+"""Workers of each GPU that declare ``GPU_TIMER``. One timed at a time (the device
+lock), so a tuning on one GPU was serial in everything: 240 variants in 9 groups
+timed for 13 s of the 46-s timing phase, the rest each group's random inputs,
+reference run and checks (RESULTS.md, tuning). Three let two groups prepare while
+one times."""
+
+
 def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
                  options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Dask worker specs (see the module docstring): GPU workers round-robin over
@@ -98,7 +108,8 @@ def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
         resources = {"CPU_TIMER": 1}
         if devices:
             d = i % len(devices)
-            resources.update(GPU=1, **({"GPU_TIMER": 1} if i < len(devices) else {}))
+            timer = i < len(devices) * TIMERS_PER_GPU
+            resources.update(GPU=1, **({"GPU_TIMER": 1} if timer else {}))
             if processes:
                 opts["env"] = {**opts.get("env", {}),
                                "CUDA_VISIBLE_DEVICES": visible_devices(d, devices)}

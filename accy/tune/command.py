@@ -14,7 +14,7 @@ from accy.errors import AccyError
 def tune_cluster(workers: int = 2, *, processes: bool = True) -> Iterator[Any]:
     """accy's local cluster (:func:`accy.distributed.local.local_cluster`): it declares
     the timer resources tuning needs (``CPU_TIMER`` on every worker, ``GPU_TIMER`` on
-    one worker per GPU).
+    :data:`~accy.distributed.local.TIMERS_PER_GPU` workers per GPU).
 
     Example
     -------

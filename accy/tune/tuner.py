@@ -6,7 +6,7 @@
    each group's option space gets the default options added when the sweep
    lacks them, so every group has a baseline.
 2. **Pick the timing device** of each group (:func:`choose_timers`): for CUDA a
-   GPU worker of the target's arch (one per physical GPU), for the host a CPU
+   GPU whose arch runs the target (and one of its timing workers), for the host a CPU
    worker (one timing per worker, one worker per core); the groups are spread
    over the devices by their variant counts. All of a group's variants are
    timed on that one device, so they are compared on the same silicon.
@@ -130,10 +130,11 @@ def choose_timers(groups: Sequence[Group], infos: dict[str, dict[str, Any]],
                   resources: dict[str, dict[str, float]]) -> dict[str, tuple[str | None, str]]:
     """Group id → (the worker that times it, or None, and why not).
 
-    CUDA groups go to workers with ``GPU_TIMER`` (else ``GPU``) whose GPU has the
-    target's arch, one worker per physical GPU; host groups to workers with
-    ``CPU_TIMER`` (else those without ``GPU``, else any). Groups are spread
-    over the devices, fewest variants first.
+    CUDA groups go to workers with ``GPU_TIMER`` (else ``GPU``) whose GPU runs the
+    target's arch; host groups to workers with ``CPU_TIMER`` (else those without
+    ``GPU``, else any). Groups are spread over the devices by their variants, then
+    over each device's timing workers: several workers of one GPU time one at a time
+    (the device lock of :mod:`accy.tune.timing`) while the others prepare.
 
     Example
     -------
@@ -166,12 +167,14 @@ def choose_timers(groups: Sequence[Group], infos: dict[str, dict[str, Any]],
         if not pool:
             chosen[g.id] = (None, "no worker to time on")
             continue
-        devices: dict[str, str] = {}
-        for a in pool:  # one worker per device
-            devices.setdefault(_uid(g.kind, a, infos[a]), a)
+        devices: dict[str, list[str]] = {}
+        for a in pool:  # the timing workers of each device
+            devices.setdefault(_uid(g.kind, a, infos[a]), []).append(a)
         uid = min(devices, key=lambda u: (load.get(u, 0), u))
-        load[uid] = load.get(uid, 0) + len(g.variants)
-        chosen[g.id] = (devices[uid], "")
+        worker = min(devices[uid], key=lambda a: (load.get(a, 0), a))
+        for k in (uid, worker):
+            load[k] = load.get(k, 0) + len(g.variants)
+        chosen[g.id] = (worker, "")
     return chosen
 
 

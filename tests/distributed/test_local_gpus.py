@@ -28,14 +28,17 @@ def test_gpu_devices_come_from_the_environment(monkeypatch):
     assert gpu_devices() == []
 
 
-def test_workers_are_pinned_round_robin_with_one_timer_per_gpu():
+def test_workers_are_pinned_round_robin_with_timers_per_gpu(monkeypatch):
+    from accy.distributed import local
+
+    monkeypatch.setattr(local, "TIMERS_PER_GPU", 2)
     assert [visible_devices(i, ["4", "6", "7"]) for i in range(3)] == ["4,6,7", "6,7,4", "7,4,6"]
     specs = worker_specs(5, ["0", "1"])
     assert list(specs) == ["gpu0-0", "gpu1-1", "gpu0-2", "gpu1-3", "gpu0-4"]
     envs = [s["options"]["env"]["CUDA_VISIBLE_DEVICES"] for s in specs.values()]
     assert envs == ["0,1", "1,0", "0,1", "1,0", "0,1"]
     timers = [s["options"]["resources"].get("GPU_TIMER", 0) for s in specs.values()]
-    assert timers == [1, 1, 0, 0, 0]
+    assert timers == [1, 1, 1, 1, 0]  # two a GPU
     assert all(s["options"]["resources"]["GPU"] == 1 for s in specs.values())
     cpu = worker_specs(2, [])
     assert list(cpu) == ["cpu-0", "cpu-1"]
@@ -43,8 +46,11 @@ def test_workers_are_pinned_round_robin_with_one_timer_per_gpu():
 
 
 @pytest.mark.slow
-def test_a_two_gpu_cluster_pins_each_worker_process():
+def test_a_two_gpu_cluster_pins_each_worker_process(monkeypatch):
     """Real worker processes: each worker's CUDA_VISIBLE_DEVICES names its GPU first."""
+    from accy.distributed import local
+
+    monkeypatch.setattr(local, "TIMERS_PER_GPU", 1)
     with local_cluster(3, devices=["0", "1"]) as cluster, Client(cluster) as client:
         client.wait_for_workers(3, timeout=60)
         seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -55,7 +61,10 @@ def test_a_two_gpu_cluster_pins_each_worker_process():
     assert by_name["gpu0-2"] == ({"CPU_TIMER": 1, "GPU": 1}, "0,1")
 
 
-def test_one_timing_per_gpu_at_a_time_in_process():
+def test_timings_run_on_the_timer_workers_in_process(monkeypatch):
+    from accy.distributed import local
+
+    monkeypatch.setattr(local, "TIMERS_PER_GPU", 1)
     with local_cluster(3, devices=["0", "1"], processes=False) as cluster, \
             Client(cluster) as client:
         names = client.gather([client.submit(lambda i: get_worker().name, i, pure=False,
