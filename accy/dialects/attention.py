@@ -109,6 +109,23 @@ def _row_broadcast(v: Value, of: Value, rows: tuple[int, ...]) -> Operation | No
     return b if _shape(v) == rows else None
 
 
+def _statistic(v: Value, kind: str, rows: tuple[int, ...]) \
+        -> tuple[Operation | None, Operation | None]:
+    """``v`` = the ``kind`` reduction of a row, broadcast along it (no broadcast when a row
+    is one element long): (the reduction, the broadcast)."""
+    if rows[-1] == 1:
+        r = _reduce(v, kind)
+        if r is not None:
+            return r, None
+    b = _op(v, "prim.broadcast")
+    if b is None:
+        return None, None
+    r = _reduce(b.operands[0], kind)
+    if r is None or _row_broadcast(v, r.results[0], rows) is None:
+        return None, None
+    return r, b
+
+
 def _scalar_constant(v: Value, chain: list[Operation]) -> float | None:
     """``v`` is a one-value constant through broadcasts (appended to ``chain``)."""
     found: list[Operation] = []
@@ -152,17 +169,15 @@ def match_attention(mm2: Operation) -> AttentionMatch | None:
     rows = _shape(e)
     if ex is None or rows is None or len(rows) < 2:
         return None
-    l_ = _reduce(lb.op.operands[0], "sum") if isinstance(lb, OpResult) and \
-        lb.op.op_name == "prim.broadcast" else None
-    if l_ is None or l_.operands[0] is not e or _row_broadcast(lb, l_.results[0], rows) is None:
+    l_, lb_op = _statistic(lb, "sum", rows)
+    if l_ is None or l_.operands[0] is not e:
         return None
     sub = _op(ex.operands[0], "prim.sub")
     if sub is None:
         return None
     t, mb = sub.operands
-    mx = _reduce(mb.op.operands[0], "max") if isinstance(mb, OpResult) and \
-        mb.op.op_name == "prim.broadcast" else None
-    if mx is None or mx.operands[0] is not t or _row_broadcast(mb, mx.results[0], rows) is None:
+    mx, mb_op = _statistic(mb, "max", rows)
+    if mx is None or mx.operands[0] is not t:
         return None
     # the optional scale
     scale: float | None = None
@@ -200,8 +215,8 @@ def match_attention(mm2: Operation) -> AttentionMatch | None:
         k, k_rows = tr.operands[0], True
     if not (_materialized(q) and _materialized(k) and _materialized(v)):
         return None
-    chain = [*([tr] if tr is not None else []), mm1, *pre, mx, mb.op, sub, ex, l_, lb.op, div,
-             mm2]  # type: ignore[union-attr]
+    chain = [*([tr] if tr is not None else []), mm1, *pre, mx, *([mb_op] if mb_op else []),
+             sub, ex, l_, *([lb_op] if lb_op else []), div, mm2]
     # shapes and types
     sq, sk, sv, so = _shape(q), _shape(k), _shape(v), _shape(mm2.results[0])
     if sq is None or sk is None or sv is None or so is None or len(sq) != len(rows):
