@@ -155,12 +155,9 @@ def _reduce(v: Value, kind: str) -> Operation | None:
     return r if r is not None and isinstance(a, StringAttr) and a.value == kind else None
 
 
-def match_attention(mm2: Operation) -> AttentionMatch | None:
-    """The attention chain that ends in matmul ``mm2``, or None (see the module doc)."""
-    if mm2.op_name != "prim.matmul":
-        return None
-    p, v = mm2.operands
-    chain: list[Operation] = [mm2]
+def _softmax(p: Value) -> tuple[list[Operation], Value, tuple[int, ...]] | None:
+    """``p`` = softmax of ``t`` over the last axis as the tensor stage spells it: (its
+    ops in order, ``t``, the row shape)."""
     div = _op(p, "prim.div")
     if div is None:
         return None
@@ -170,80 +167,102 @@ def match_attention(mm2: Operation) -> AttentionMatch | None:
     if ex is None or rows is None or len(rows) < 2:
         return None
     l_, lb_op = _statistic(lb, "sum", rows)
-    if l_ is None or l_.operands[0] is not e:
-        return None
     sub = _op(ex.operands[0], "prim.sub")
-    if sub is None:
+    if l_ is None or l_.operands[0] is not e or sub is None:
         return None
     t, mb = sub.operands
     mx, mb_op = _statistic(mb, "max", rows)
     if mx is None or mx.operands[0] is not t:
         return None
-    # the optional scale
-    scale: float | None = None
-    scale_op = ""
-    s = t
-    pre: list[Operation] = []
-    scale_node = _op(t, "prim.mul") or _op(t, "prim.div")
-    if scale_node is not None:
-        a, b = scale_node.operands
+    ops = [mx, *([mb_op] if mb_op else []), sub, ex, l_, *([lb_op] if lb_op else []), div]
+    return ops, t, rows
+
+
+def _scale(t: Value) -> tuple[list[Operation], Value, float | None, str] | None:
+    """``t`` = scores · c, c · scores, scores / c, or the scores themselves: (the scale's
+    ops, its constant's first, the scores, c, ``mul``/``div``/``""``)."""
+    node = _op(t, "prim.mul") or _op(t, "prim.div")
+    if node is None:
+        return [], t, None, ""
+    a, b = node.operands
+    sides = [(a, b)] + ([(b, a)] if node.op_name == "prim.mul" else [])
+    for scores, const in sides:
         consts: list[Operation] = []
-        c = _scalar_constant(b, consts)
-        if c is not None and _op(a, "prim.matmul") is not None:
-            s, scale, scale_op = a, c, scale_node.op_name.removeprefix("prim.")
-        elif scale_node.op_name == "prim.mul":
-            consts = []
-            c = _scalar_constant(a, consts)
-            if c is not None and _op(b, "prim.matmul") is not None:
-                s, scale, scale_op = b, c, "mul"
-        if scale is None:
-            return None
-        pre = [*consts, scale_node]
-    mm1 = _op(s, "prim.matmul")
-    if mm1 is None:
-        return None
-    q, kt = mm1.operands
-    k_rows = False
-    k = kt
+        c = _scalar_constant(const, consts)
+        if c is not None and _op(scores, "prim.matmul") is not None:
+            return [*consts, node], scores, c, node.op_name.removeprefix("prim.")
+    return None
+
+
+def _keys(kt: Value, rank: int) -> tuple[Operation | None, Value] | None:
+    """The first matmul's B: K through a transpose of its last two axes (the transpose,
+    K), or ``[..., D, N]`` as it is (None, it)."""
     tr = _op(kt, "prim.transpose")
-    if tr is not None:
-        perm = tr.attr("permutation")
-        r = len(rows)
-        if not isinstance(perm, DenseArrayAttr) or \
-                perm.values != tuple(range(r - 2)) + (r - 1, r - 2):
-            return None
-        k, k_rows = tr.operands[0], True
-    if not (_materialized(q) and _materialized(k) and _materialized(v)):
+    if tr is None:
+        return None, kt
+    perm = tr.attr("permutation")
+    if not isinstance(perm, DenseArrayAttr) or \
+            perm.values != tuple(range(rank - 2)) + (rank - 1, rank - 2):
         return None
-    chain = [*([tr] if tr is not None else []), mm1, *pre, mx, *([mb_op] if mb_op else []),
-             sub, ex, l_, *([lb_op] if lb_op else []), div, mm2]
-    # shapes and types
-    sq, sk, sv, so = _shape(q), _shape(k), _shape(v), _shape(mm2.results[0])
+    return tr, tr.operands[0]
+
+
+def _extents(q: Value, k: Value, v: Value, out: Value, rows: tuple[int, ...], k_rows: bool) \
+        -> tuple[tuple[int, ...], int, int, int, int] | None:
+    """(batch, M, N, D, Dv) when the shapes line up without broadcasting and fit."""
+    sq, sk, sv, so = _shape(q), _shape(k), _shape(v), _shape(out)
     if sq is None or sk is None or sv is None or so is None or len(sq) != len(rows):
         return None
     batch, (m, d) = sq[:-2], sq[-2:]
     n = sk[-2] if k_rows else sk[-1]
-    if sk != batch + ((n, d) if k_rows else (d, n)):
-        return None
     dv = sv[-1]
-    if sv != batch + (n, dv) or so != batch + (m, dv) or rows != batch + (m, n):
+    if sk != batch + ((n, d) if k_rows else (d, n)) or sv != batch + (n, dv) or \
+            so != batch + (m, dv) or rows != batch + (m, n):
         return None
-    if min((m, n, d, dv, *batch), default=1) < 1 or d > MAX_HEAD_DIM or dv > MAX_HEAD_DIM:
+    if min((m, n, d, dv, *batch)) < 1 or d > MAX_HEAD_DIM or dv > MAX_HEAD_DIM:
         return None
-    values = [q, k, v] + [r for op in chain for r in op.results]
-    if not all(_f32(x) for x in values):
-        return None
-    # every intermediate is read by the chain only
+    return batch, m, n, d, dv
+
+
+def _private(chain: list[Operation], shared: set[Operation]) -> bool:
+    """Every value of the chain (but those of ``shared`` ops and the last) is read by the
+    chain only."""
     inside = set(chain)
-    for op in chain[:-1]:
-        if op is tr or op.op_name == "prim.constant" or op in pre[:-1]:
-            continue  # K's transpose and the scale constant may be shared: index maps
-        for r in op.results:
-            if any(user not in inside for user, _ in r.uses):
-                return None
+    return all(user in inside for op in chain[:-1] if op not in shared
+               for res in op.results for user, _ in res.uses)
+
+
+def match_attention(mm2: Operation) -> AttentionMatch | None:
+    """The attention chain that ends in matmul ``mm2``, or None (see the module doc)."""
+    if mm2.op_name != "prim.matmul":
+        return None
+    p, v = mm2.operands
+    soft = _softmax(p)
+    scaled = _scale(soft[1]) if soft is not None else None
+    if soft is None or scaled is None:
+        return None
+    soft_ops, _, rows = soft
+    pre, s, scale, scale_op = scaled
+    mm1 = _op(s, "prim.matmul")
+    keys = _keys(mm1.operands[1], len(rows)) if mm1 is not None else None
+    if mm1 is None or keys is None:
+        return None
+    tr, k = keys
+    q = mm1.operands[0]
+    if not (_materialized(q) and _materialized(k) and _materialized(v)):
+        return None
+    chain = [*([tr] if tr is not None else []), mm1, *pre, *soft_ops, mm2]
+    ext = _extents(q, k, v, mm2.results[0], rows, tr is not None)
+    if ext is None or not all(_f32(x) for x in [q, k, v] + [r for op in chain
+                                                            for r in op.results]):
+        return None
+    # K's transpose and the scale constant (and its broadcasts) are index maps others
+    # may share; nothing else of the chain is read outside it
+    if not _private(chain, {*([tr] if tr is not None else []), *pre[:-1]}):
+        return None
     order = {id(op): i for i, op in enumerate(mm2.parent.ops)} if mm2.parent else {}
     ops = tuple(sorted(set(chain), key=lambda op: order.get(id(op), 0)))
-    return AttentionMatch(ops, q, k, v, k_rows, scale, scale_op, batch, m, n, d, dv)
+    return AttentionMatch(ops, q, k, v, tr is not None, scale, scale_op, *ext)
 
 
 def match_in(ops: list[Operation]) -> AttentionMatch | None:

@@ -222,16 +222,7 @@ class KernelOptions:
 
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
-        for n in ("attention_tile_m", "attention_tile_n"):
-            if getattr(self, n) not in (32, 64, 128):
-                raise OptionError(f"kernel.{n} must be 32, 64 or 128, got {getattr(self, n)}")
-        if self.attention_threads not in (64, 128, 256):
-            raise OptionError(f"kernel.attention_threads must be 64, 128 or 256, got "
-                              f"{self.attention_threads}")
-        if self.attention_tile_m * 16 // self.attention_threads > 8:
-            raise OptionError(f"kernel.attention_tile_m={self.attention_tile_m} with "
-                              f"kernel.attention_threads={self.attention_threads} gives a "
-                              f"thread more than 8 query rows")
+        self._check_attention_tiles()
         for n in ("mma_tile_m", "mma_tile_n"):
             if getattr(self, n) not in (64, 128):
                 raise OptionError(f"kernel.{n} must be 64 or 128, got {getattr(self, n)}")
@@ -264,6 +255,18 @@ class KernelOptions:
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
         self._check_ffma_tiles()
+
+    def _check_attention_tiles(self) -> None:
+        for n in ("attention_tile_m", "attention_tile_n"):
+            if getattr(self, n) not in (32, 64, 128):
+                raise OptionError(f"kernel.{n} must be 32, 64 or 128, got {getattr(self, n)}")
+        if self.attention_threads not in (64, 128, 256):
+            raise OptionError(f"kernel.attention_threads must be 64, 128 or 256, got "
+                              f"{self.attention_threads}")
+        if self.attention_tile_m * 16 // self.attention_threads > 8:
+            raise OptionError(f"kernel.attention_tile_m={self.attention_tile_m} with "
+                              f"kernel.attention_threads={self.attention_threads} gives a "
+                              f"thread more than 8 query rows")
 
     def _check_ffma_tiles(self) -> None:
         for n in ("ffma_tile_m", "ffma_tile_n"):

@@ -312,12 +312,12 @@ class _Flash:
             ind = "    " if guard else "  "
             if guard:
                 lines.append(f"  if ({col} < {dvp}) {{")
-            lines.append(f"{ind}const float4 vb = *reinterpret_cast<const float4*>(&Vs[j * {dvp}"
-                         f" + {col}]);")
+            lines.append(f"{ind}const float4 vb{g} = *reinterpret_cast<const float4*>(&Vs[j * "
+                         f"{dvp} + {col}]);")
             lines.append(f"{ind}#pragma unroll")
             lines.append(f"{ind}for (int r = 0; r < {rm}; ++r) {{")
-            lines += [f"{ind}  acc[r][{4 * g + x}] = fmaf(pr[r], vb.{_LANES[x]}, acc[r][{4 * g + x}]);"
-                      for x in range(4)]
+            lines += [f"{ind}  acc[r][{4 * g + x}] = fmaf(pr[r], vb{g}.{_LANES[x]}, "
+                      f"acc[r][{4 * g + x}]);" for x in range(4)]
             lines.append(f"{ind}}}")
             if guard:
                 lines.append("  }")
