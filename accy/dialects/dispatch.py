@@ -10,7 +10,11 @@ attributes fix the iteration space and how it splits into independent work:
   inside is a full row value (that shape) or a reduced one (``[..., 1]``);
   split into ``"rows"``;
 - ``kind = "matmul"``: ``iteration`` = ``[B..., M, N]``, ``contraction`` = K;
-  one ``prim.matmul`` plus an elementwise epilogue; split into ``"tiles"``.
+  one ``prim.matmul`` plus an elementwise epilogue; split into ``"tiles"``;
+- ``kind = "attention"``: ``iteration`` = the output ``[B..., M, Dv]``,
+  ``contraction`` = the head dim D, ``keys`` = N; the whole chain
+  ``softmax(q·kᵀ·c)·v`` of :mod:`accy.dialects.attention` (two ``prim.matmul``),
+  split into ``"query-tiles"`` (rows of queries of one batch index).
 
 Block sizes stay symbolic here; the kernel stage picks them.
 """
@@ -21,8 +25,9 @@ from accy.choir.attributes import DenseArrayAttr, IntegerAttr, StringAttr, Tenso
 from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
-KINDS = ("elementwise", "rows", "matmul")
-SPLITS = {"elementwise": "elements", "rows": "rows", "matmul": "tiles"}
+KINDS = ("elementwise", "rows", "matmul", "attention")
+SPLITS = {"elementwise": "elements", "rows": "rows", "matmul": "tiles",
+          "attention": "query-tiles"}
 
 
 class RegionOp(Operation):
@@ -74,6 +79,12 @@ class RegionOp(Operation):
             mm = [op for op in block.ops if op.op_name == "prim.matmul"]
             if len(mm) != 1:
                 raise VerifyError("a matmul region holds exactly one 'prim.matmul'", self.loc)
+        if self.kind == "attention":
+            from accy.dialects.attention import match_in
+
+            if match_in(block.ops) is None:
+                raise VerifyError("an attention region holds one softmax(q·kᵀ·c)·v chain",
+                                  self.loc)
 
 
 class YieldOp(Operation):

@@ -4,7 +4,8 @@
   ops over its inputs, ending in ``kernel.yield``) and the plan the kernel
   stage made for it: ``mapping`` (``grid-stride``, ``block-per-row``,
   ``warp-per-row``, ``tiled``, ``ffma-tiled`` (register-blocked f32),
-  ``mma-tiled`` / ``wgmma-tiled`` (tensor cores), or ``loop`` on the host), the block
+  ``mma-tiled`` / ``wgmma-tiled`` (tensor cores), ``flash`` (attention with an online
+  softmax over key tiles), or ``loop`` on the host), the block
   and grid
   shapes, the vector width, items per thread, which inputs are cached in
   registers, tile sizes and shared-memory bytes;
@@ -30,8 +31,8 @@ from accy.choir.ir import Operation
 from accy.errors import VerifyError
 
 MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "tiled",
-            "ffma-tiled", "mma-tiled", "wgmma-tiled", "loop")
-KINDS = ("elementwise", "rows", "matmul")
+            "ffma-tiled", "mma-tiled", "wgmma-tiled", "flash", "loop")
+KINDS = ("elementwise", "rows", "matmul", "attention")
 ARCH_SPECIFIC_MAPPINGS = frozenset({"wgmma-tiled"})
 """Mappings whose kernels compile only for an arch-specific target (``cuda:sm_90a``)."""
 FFMA_A_PAD = 4
@@ -39,6 +40,22 @@ FFMA_A_PAD = 4
 (the planner sizes ``shared_bytes`` with it, the renderer lays the tile out by it): the
 float4 loads of two k-chunks of 16 rows then store into 32 distinct banks, and the
 rows stay 16-byte aligned for the float4 reads."""
+
+ATTENTION_PAD = 4
+"""``flash``: floats after each row of the Q and K tiles (and of the transposed P tile)
+in shared memory: rows 16 bytes aligned for float4 reads, and 8 rows read at one
+column by a quarter-warp fall in 8 distinct 16-byte bank groups."""
+
+
+def attention_shared_floats(bm: int, bn: int, d: int, dv: int) -> tuple[int, int, int]:
+    """``flash``: the floats of its three shared tiles, (Q, K-then-P, V): ``bm`` query rows
+    of ``d`` (padded to 4, then :data:`ATTENTION_PAD`), ``bn`` keys of it (later the
+    probabilities transposed, ``bn`` × ``bm``: they reuse K's tile) and ``bn`` rows of V
+    (``dv`` padded to 4). The planner sizes ``dynamic_shared`` with it, the renderer lays
+    the tiles out by it."""
+    dp, dvp = -(-d // 4) * 4, -(-dv // 4) * 4
+    return (bm * (dp + ATTENTION_PAD), bn * max(dp + ATTENTION_PAD, bm + ATTENTION_PAD),
+            bn * dvp)
 
 
 @dataclass(frozen=True)
@@ -60,10 +77,11 @@ class KernelPlan:
     """
 
     kind: str
-    """The dispatch kind it implements: ``elementwise``, ``rows`` or ``matmul``."""
+    """The dispatch kind it implements: ``elementwise``, ``rows``, ``matmul`` or
+    ``attention``."""
     mapping: str
     """``grid-stride``, ``block-per-row``, ``warp-per-row``, ``tiled``, ``ffma-tiled``,
-    ``mma-tiled``, ``wgmma-tiled`` or ``loop``."""
+    ``mma-tiled``, ``wgmma-tiled``, ``flash`` or ``loop``."""
     iteration: tuple[int, ...]
     """The dispatch's iteration space."""
     block: tuple[int, ...]
@@ -93,9 +111,12 @@ class KernelPlan:
     micro_tile: tuple[int, ...] = ()
     """Matmul: block tile (m, n, k) and each thread's micro-tile (m, n). ``ffma-tiled``:
     the micro-tile is sub-tiles of ``vector_width`` × ``vector_width`` outputs (float4
-    shared reads), spaced ``tile · vector_width / micro_tile`` apart."""
+    shared reads), spaced ``tile · vector_width / micro_tile`` apart. ``flash``: the
+    tile is (query rows, keys, head dim) a block and the micro-tile the (rows, scores)
+    of a key tile each thread owns: rows ``ty · rows + r``, keys ``tx + 16 · c``
+    (``ty``, ``tx`` = thread / 16, thread % 16)."""
     contraction: int = 0
-    """Matmul: the contracted dimension."""
+    """Matmul: the contracted dimension; attention: the head dim of Q and K."""
     mma: str = ""
     """``mma-tiled``: the warp-level tensor-core instruction (``m16n8k16`` and its types,
     as PTX spells them after ``mma.sync.aligned.``: ``m16n8k16.row.col.f32.bf16.bf16.f32``);
@@ -104,7 +125,8 @@ class KernelPlan:
     stages: int = 0
     """``mma-tiled`` / ``wgmma-tiled``: shared-memory stages of the ``cp.async`` pipeline;
     ``ffma-tiled``: shared buffers (2: the next k-tile's loads in registers while one is
-    multiplied)."""
+    multiplied); ``flash``: 2 when the next key tile's loads wait in registers while
+    one is used, 1 when each tile is loaded as it is reached."""
     warps: tuple[int, ...] = ()
     warp_tile: tuple[int, ...] = ()
     """``mma-tiled``: warps of the block (m, n) and the outputs each warp owns (m, n);

@@ -106,6 +106,10 @@ class DispatchOptions:
     """Fuse elementwise producers/consumers into reductions and matmul epilogues."""
     max_region_ops: int = 128
     """Largest fused region (ops)."""
+    fuse_attention: bool = True
+    """With ``fuse``: each ``softmax(q·kᵀ·c)·v`` chain (f32, the scores and
+    probabilities read nowhere else) is one ``attention`` region, a flash-style kernel
+    that never writes the scores; off, it is a matmul, a row softmax and a matmul."""
 
     def __post_init__(self) -> None:
         _positive("dispatch.max_region_ops", self.max_region_ops)
@@ -200,8 +204,25 @@ class KernelOptions:
     wgmma_stages: int = 4
     """Shared-memory stages of the warpgroup pipeline (2–6, as shared memory allows)."""
 
+    attention_tile_m: int = 64
+    attention_tile_n: int = 64
+    """The flash attention kernel's block tile: ``attention_tile_m`` query rows of one
+    batch index a block (32, 64 or 128), keys in tiles of ``attention_tile_n`` (32, 64
+    or 128) staged through shared memory with V's rows; shrunk (keys first) while the
+    tiles overflow the target's shared memory."""
+    attention_threads: int = 256
+    """Threads of a flash attention block (64, 128 or 256): 16 share a query row (a
+    half-warp: its max and sum are shuffle trees), each owning
+    ``attention_tile_m · 16 / attention_threads`` rows × ``attention_tile_n / 16``
+    scores of a key tile."""
+    attention_prefetch: bool = True
+    """The flash kernel loads the next key tile (K and V) into registers while it uses
+    the current one, when that takes at most 32 floats a thread; off, each tile is
+    loaded when it is reached (fewer registers)."""
+
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
+        self._check_attention_tiles()
         for n in ("mma_tile_m", "mma_tile_n"):
             if getattr(self, n) not in (64, 128):
                 raise OptionError(f"kernel.{n} must be 64 or 128, got {getattr(self, n)}")
@@ -234,6 +255,18 @@ class KernelOptions:
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
         self._check_ffma_tiles()
+
+    def _check_attention_tiles(self) -> None:
+        for n in ("attention_tile_m", "attention_tile_n"):
+            if getattr(self, n) not in (32, 64, 128):
+                raise OptionError(f"kernel.{n} must be 32, 64 or 128, got {getattr(self, n)}")
+        if self.attention_threads not in (64, 128, 256):
+            raise OptionError(f"kernel.attention_threads must be 64, 128 or 256, got "
+                              f"{self.attention_threads}")
+        if self.attention_tile_m * 16 // self.attention_threads > 8:
+            raise OptionError(f"kernel.attention_tile_m={self.attention_tile_m} with "
+                              f"kernel.attention_threads={self.attention_threads} gives a "
+                              f"thread more than 8 query rows")
 
     def _check_ffma_tiles(self) -> None:
         for n in ("ffma_tile_m", "ffma_tile_n"):
@@ -366,8 +399,9 @@ class RunOptions:
         out: dict[str, Any] = dataclasses.asdict(self.stage_options(stage))
         if stage == "kernel":
             out["target.kind"] = self.target.kind
-            if self.kernel.tensor_cores and self.target.backend.thread_blocks:
-                out["target.arch"] = self.target.arch  # tensor cores from sm_80
+            if self.target.backend.thread_blocks:
+                # tensor cores from sm_80; attention tiles fit the arch's shared memory
+                out["target.arch"] = self.target.arch
         if stage == "target":
             out["target"] = str(self.target)
         return out

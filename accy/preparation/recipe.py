@@ -68,7 +68,8 @@ def dispatch(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
 
     o = options.dispatch
     return (
-        d.FormDispatchRegions(o.fuse, o.max_region_ops),  # one region = one launch
+        d.FormDispatchRegions(o.fuse, o.max_region_ops,   # one region = one launch
+                              o.fuse_attention),          # softmax(q·kᵀ·c)·v: one flash
         d.MaterializeResults(),                           # each result its own buffer
     )
 
@@ -92,7 +93,11 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           wgmma_tile=(o.wgmma_tile_m, o.wgmma_tile_n),
                           wgmma_stages=o.wgmma_stages,
                           ffma_tiles=o.ffma_tiles,
-                          ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k)),)
+                          ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k),
+                          attention_tile=(o.attention_tile_m, o.attention_tile_n,
+                                          o.attention_threads),
+                          attention_prefetch=o.attention_prefetch,
+                          max_dynamic_shared=options.target.backend.max_dynamic_shared_bytes),)
 
 
 def target(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:

@@ -7,7 +7,8 @@ NVRTC built-ins). The launch table travels in a comment at the end.
 Kernels follow the kernel stage's plan: grid-stride elementwise loops with
 16-byte vector loads and stores; one block (or warp) per row with inputs
 cached in registers and warp-shuffle reduction trees; shared-memory tiled
-matmul with the epilogue applied in registers.
+matmul with the epilogue applied in registers; flash attention
+(:mod:`accy.target.attention`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from accy.choir.ir import Operation, Value
 from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp
+from accy.target.attention import emit_attention_cuda
 from accy.target.common import (
     COMPUTE,
     LANE,
@@ -1009,7 +1011,14 @@ def emit_matmul_plan(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return emit_matmul(k, fast_math)
 
 
-EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul_plan}
+def emit_attention(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """The ``flash`` plan: one attention chain, an online softmax over key tiles."""
+    ins, outs, params = _params(k)
+    return emit_attention_cuda(k, ins, outs, params, fast_math)
+
+
+EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul_plan,
+            "attention": emit_attention}
 
 
 def emit_kernels(kernels: list[KernelFuncOp], fast_math: bool = False) -> str:

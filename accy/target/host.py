@@ -4,12 +4,14 @@ Each kernel is ``void NAME(void** buffers)`` taking its inputs then its
 outputs. Elementwise kernels are one loop over the iteration space; row
 kernels loop over rows and run one pass per reduction (sums accumulate in
 double) and a final pass that writes; matmul kernels run an i-k-j loop nest
-into a row accumulator and apply the epilogue per element.
+into a row accumulator and apply the epilogue per element; attention kernels
+loop over query rows (:mod:`accy.target.attention`).
 """
 
 from __future__ import annotations
 
 from accy.dialects.kernel import KernelFuncOp
+from accy.target.attention import emit_attention_c
 from accy.target.common import (
     COMPUTE,
     PRELUDE_C,
@@ -173,7 +175,13 @@ def emit_matmul(k: KernelFuncOp) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul}
+def emit_attention(k: KernelFuncOp) -> tuple[str, list[str]]:
+    ins, outs, lines = _prologue(k)
+    return emit_attention_c(k, ins, outs, lines)
+
+
+EMITTERS = {"elementwise": emit_elementwise, "rows": emit_rows, "matmul": emit_matmul,
+            "attention": emit_attention}
 
 
 def emit_kernels(kernels: list[KernelFuncOp]) -> str:

@@ -76,3 +76,52 @@ def filecheck(text: str, *checks: str) -> None:
         i = text.find(c, pos)
         assert i >= 0, f"{c!r} not found after offset {pos} in\n{text}"
         pos = i + len(c)
+
+
+def attention_text(batch: tuple[int, ...], m: int, n: int, d: int, dv: int, *,
+                   k_rows: bool = True, scale: str = "mul", axis: int = -1,
+                   element: str = "f32", return_scores: bool = False,
+                   k_batch: tuple[int, ...] | None = None) -> str:
+    """``softmax(q·kᵀ·c)·v`` in the semantic dialect, the forms the fusion covers and not.
+
+    ``k_rows``: K is ``[..., N, D]`` and transposed in the program, else given as
+    ``[..., D, N]``; ``scale``: ``mul`` (scores · 0.125), ``lmul`` (0.125 · scores),
+    ``div`` (scores / 8), ``none``; ``axis``: the softmax's; ``return_scores``: the
+    scaled scores are a second result; ``k_batch``: K's batch dims (broadcast)."""
+    def t(*dims: int) -> str:
+        return "tensor<" + "".join(f"{x}x" for x in dims) + f"{element}>"
+
+    kb = batch if k_batch is None else k_batch
+    r = len(batch) + 2
+    perm = ", ".join(str(i) for i in (*range(r - 2), r - 1, r - 2))
+    q, k, v = t(*batch, m, d), t(*kb, n, d) if k_rows else t(*kb, d, n), t(*batch, n, dv)
+    kt, s, o = t(*kb, d, n), t(*batch, m, n), t(*batch, m, dv)
+    lines = []
+    if k_rows:
+        lines.append(f'    %kt = "semantic.transpose"(%a1) {{permutation = array<i64: {perm}>}} '
+                     f': ({k}) -> {kt}')
+    kname = "%kt" if k_rows else "%a1"
+    lines.append(f'    %s = "semantic.matmul"(%a0, {kname}) : ({q}, {kt}) -> {s}')
+    sc = f"tensor<{element}>"
+    if scale == "none":
+        scores = "%s"
+    else:
+        value = "8.000000e+00" if scale == "div" else "1.250000e-01"
+        lines.append(f'    %c = "semantic.constant"() {{value = dense<{value}> : {sc}}} : () -> {sc}')
+        op = "div" if scale == "div" else "mul"
+        a, b, ta, tb = ("%c", "%s", sc, s) if scale == "lmul" else ("%s", "%c", s, sc)
+        lines.append(f'    %ss = "semantic.{op}"({a}, {b}) : ({ta}, {tb}) -> {s}')
+        scores = "%ss"
+    lines.append(f'    %p = "semantic.softmax"({scores}) {{axis = {axis} : i64}} : ({s}) -> {s}')
+    lines.append(f'    %o = "semantic.matmul"(%p, %a2) : ({s}, {v}) -> {o}')
+    if return_scores:
+        lines.append(f'    "func.return"(%o, {scores}) : ({o}, {s}) -> ()')
+    else:
+        lines.append(f'    "func.return"(%o) : ({o}) -> ()')
+    return program_text([q, k, v], [o, s] if return_scores else [o],
+                        "\n".join(x for x in lines if x))
+
+
+def attention(batch: tuple[int, ...], m: int, n: int, d: int, dv: int, **kw) -> SemanticModule:  # type: ignore[no-untyped-def]
+    """The verified module of :func:`attention_text`."""
+    return SemanticModule.from_text(attention_text(batch, m, n, d, dv, **kw), "attention.mlir")

@@ -42,7 +42,7 @@ def body_ops(region: RegionOp) -> list[str]:
 
 
 def kinds(text: str) -> list[str]:
-    return re.findall(r'kind = "(elementwise|rows|matmul)"', text)
+    return re.findall(r'kind = "(elementwise|rows|matmul|attention)"', text)
 
 
 T = "tensor<4x8xf32>"
@@ -123,8 +123,9 @@ def test_mlp_is_two_matmul_regions_with_their_epilogues():
     assert [v.type.shape for v in second.operands][1:] == [(1024, 256), (256,)]
 
 
-def test_attention_fuses_the_transpose_and_the_scale_into_the_first_matmul():
-    r = dispatch(graph("attention"), {i: (2, 128, 64) for i in range(3)})
+def test_unfused_attention_fuses_the_transpose_and_the_scale_into_the_first_matmul():
+    r = dispatch(graph("attention"), {i: (2, 128, 64) for i in range(3)},
+                 ["dispatch.fuse_attention=false"])
     text = r.product.text()
     assert kinds(text) == ["matmul", "rows", "matmul"]
     first, soft, last = regions(r)

@@ -210,7 +210,8 @@ def test_matmul_tile_options_are_reflected():
 
 
 def test_batched_matmul_puts_the_batch_on_the_grid():
-    r = kernel(graph("attention"), {i: (3, 128, 64) for i in range(3)})
+    r = kernel(graph("attention"), {i: (3, 128, 64) for i in range(3)},
+               ["dispatch.fuse_attention=false"])
     first, soft, last = plans(r)
     assert first["grid"] == (2, 2, 3) and last["grid"] == (1, 2, 3)
     assert soft["mapping"] == "warp-per-row" and soft["rows"] == 3 * 128
@@ -339,14 +340,20 @@ def test_every_region_becomes_a_kernel_and_a_launch():
     assert text.count('"kernel.yield"') == n_regions
 
 
-@pytest.mark.parametrize("option", ["kernel.block_size=128", "kernel.vector_width=1",
-                                    "kernel.ffma_tile_k=16",
-                                    "kernel.tile_m=32", "kernel.rows_per_block=2"])
-def test_a_kernel_option_changes_only_the_kernel_product(option):
+@pytest.mark.parametrize("option,fused", [
+    ("kernel.block_size=128", False), ("kernel.vector_width=1", False),
+    ("kernel.ffma_tile_k=16", False), ("kernel.tile_m=32", False),
+    ("kernel.rows_per_block=2", False), ("kernel.attention_tile_n=32", True),
+    ("kernel.attention_tile_m=32", True), ("kernel.attention_threads=128", True),
+    ("kernel.attention_prefetch=false", True)])
+def test_a_kernel_option_changes_only_the_kernel_product(option, fused):
+    """Unfused, attention is three kernels the general options plan; fused, one flash
+    kernel that the attention options plan."""
     sm = graph("attention")
     shapes = {i: (2, 128, 64) for i in range(3)}
-    base = RunOptions.parse(CUDA)
-    changed = RunOptions.parse(CUDA, [option])
+    common = [] if fused else ["dispatch.fuse_attention=false"]
+    base = RunOptions.parse(CUDA, common)
+    changed = RunOptions.parse(CUDA, common + [option])
     a_prod, b_prod = sm, sm
     for stage in STAGES[:-1]:
         a = run_stage(stage, a_prod, PreparationRequest(options=base, shapes=shapes))

@@ -70,7 +70,8 @@ Q = "tensor<4x4xf32>"
 
 
 def test_the_product_carries_source_launches_and_buffers():
-    r = emit(graph("attention"), {i: (2, 128, 64) for i in range(3)})
+    r = emit(graph("attention"), {i: (2, 128, 64) for i in range(3)},
+             ["dispatch.fuse_attention=false"])
     attrs = r.product.module.attributes
     for key in ("target.source", "target.launches", "target.buffers", "target.arena_bytes",
                 "target.target", "target.language", "target.entry", "target.fast_math"):

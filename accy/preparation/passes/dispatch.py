@@ -15,7 +15,11 @@ Fusion, in one forward walk over each function (producer → consumer):
 - a reduction joins the row group its input comes from (softmax's two
   reductions share one), turns an elementwise producer group of its input's
   shape into a row group (prologue fusion), or starts a row group;
-- a matmul starts a group;
+- a matmul starts a group — unless it ends an **attention** chain
+  (``softmax(q·kᵀ·c)·v``, :mod:`accy.dialects.attention`, its intermediates read
+  nowhere else): then the whole chain is one ``attention`` group (one flash-style
+  launch; ``fuse_attention``), found before the walk so that its inner ops are
+  left for it; nothing joins an attention group;
 - an elementwise op with no producer group to join may join an elementwise
   group of its shape that reads one of the same inputs (siblings: the input
   is then read by one launch, not two);
@@ -46,6 +50,7 @@ from accy.choir.builtin import FuncOp, ReturnOp
 from accy.choir.ir import Block, BlockArgument, Operation, OpResult, Region, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects import prim
+from accy.dialects.attention import AttentionMatch, match_attention
 from accy.dialects.dispatch import SPLITS, RegionOp, YieldOp
 from accy.dialects.prim import DATA_OPS
 
@@ -77,17 +82,24 @@ class Group:
     """Every group this one (transitively) reads from."""
     copy_of: Value | None = None
     """For a copy region made for a function result: the value copied."""
+    attention: AttentionMatch | None = None
+    """For an attention group: the chain it computes."""
 
     def __hash__(self) -> int:
         return id(self)
 
 
 class _Former:
-    def __init__(self, func: FuncOp, fuse: bool, max_ops: int, ctx: PassContext) -> None:
+    def __init__(self, func: FuncOp, fuse: bool, max_ops: int, ctx: PassContext,
+                 fuse_attention: bool = True) -> None:
         self.func = func
         self.fuse = fuse
         self.max_ops = max_ops
         self.ctx = ctx
+        self.chains: dict[Operation, AttentionMatch] = {}
+        """Every op of an attention chain to fuse → its chain (filled before the walk)."""
+        if fuse and fuse_attention:
+            self.find_attention()
         self.group_of: dict[Operation, Group] = {}
         self.groups: list[Group] = []
         self.result_sources: list[Group | None] = []
@@ -143,6 +155,8 @@ class _Former:
                 return False
         if g.kind == "matmul" and (shape != g.shape or op.op_name == "prim.reduce"):
             return False
+        if g.kind == "attention":
+            return False  # the flash kernel writes its output as it is
         for other, chain in self.producer_groups(op):
             if other is g:
                 if not self.row_local(g, chain):
@@ -190,11 +204,35 @@ class _Former:
         return g
 
     # ---------------------------------------------------------------- grouping
+    def find_attention(self) -> None:
+        """Reserve the ops of every attention chain (the walk leaves them to it)."""
+        for op in self.func.body.ops:
+            if op.op_name != "prim.matmul" or op in self.chains:
+                continue
+            match = match_attention(op)
+            if match is None:
+                continue
+            inner = [o for o in match.ops if not _free(o)]
+            if len(inner) > self.max_ops or any(o in self.chains for o in inner):
+                continue
+            for o in inner:
+                self.chains[o] = match
+
     def form(self) -> None:
         block = self.func.body
         for op in block.ops:
             name = op.op_name
             if _free(op) or name == "prim.reshape" or isinstance(op, ReturnOp):
+                continue
+            if op in self.chains:
+                match = self.chains[op]
+                if op is match.ops[-1]:  # the chain's last op: every input is placed
+                    g = self.new_group("attention", _shape(op.results[0]), None)
+                    g.attention = match
+                    for o in match.ops:
+                        if not _free(o):
+                            self.add(o, g)
+                    self.ctx.stat("fused-attention")
                 continue
             if name in ELEMENTWISE:
                 self.place_elementwise(op)
@@ -223,7 +261,7 @@ class _Former:
         if not self.fuse:
             self.new_group("elementwise", _shape(op.results[0]), op)
             return
-        order = {"rows": 0, "matmul": 0, "elementwise": 1}
+        order = {"rows": 0, "matmul": 0, "attention": 0, "elementwise": 1}
         producers = [g for g, _ in sorted(self.producer_groups(op), key=lambda c: order[c[0].kind])]
         siblings = self.siblings(op)
         for g in producers + siblings:
@@ -455,6 +493,9 @@ class _Former:
         if g.kind == "matmul":
             mm = next(op for op in g.ops if op.op_name == "prim.matmul")
             attrs["contraction"] = IntegerAttr(_shape(mm.operands[0])[-1])
+        if g.attention is not None:
+            attrs["contraction"] = IntegerAttr(g.attention.d)
+            attrs["keys"] = IntegerAttr(g.attention.n)
         region = RegionOp([avail[v] for v in inputs], [v.type for v in outputs_orig], attrs,
                           regions=[Region([body])],
                           loc=g.ops[0].loc if g.ops else self.func.loc)
@@ -471,6 +512,8 @@ class _Former:
             return math.prod(g.shape[:-1])
         if g.kind == "matmul":
             return math.prod(g.shape[:-2]) if len(g.shape) > 2 else 1
+        if g.kind == "attention":
+            return math.prod(g.shape[:-1])  # query rows
         return math.prod(g.shape)
 
 
@@ -481,11 +524,13 @@ class FormDispatchRegions(Pass):
     name = "form-dispatch-regions"
     fuse: bool = True
     max_region_ops: int = 128
+    fuse_attention: bool = True
+    """One ``attention`` region for each ``softmax(q·kᵀ·c)·v`` chain (with ``fuse``)."""
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
         for op in list(module.body.ops):
             if isinstance(op, FuncOp):
-                former = _Former(op, self.fuse, self.max_region_ops, ctx)
+                former = _Former(op, self.fuse, self.max_region_ops, ctx, self.fuse_attention)
                 former.form()
                 former.build()
 

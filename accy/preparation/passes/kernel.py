@@ -26,7 +26,14 @@ plan, per kind, for CUDA:
   while the current one is multiplied); otherwise **tiled** through shared
   memory, ``tile_m × tile_n`` outputs a block, ``tile_k`` deep, 4×4 outputs a
   thread, operands read element by element through any fused expression. Each
-  applies the epilogue in registers.
+  applies the epilogue in registers;
+- attention: the **flash** kernel — a block owns ``attention_tile_m`` query rows of
+  one batch index (its Q tile in shared memory) and walks the keys in tiles of
+  ``attention_tile_n`` (K and V tiles staged through shared memory, the next tile's
+  loads in registers while one is used), keeping each row's running max and sum
+  (an online softmax) and its output row in registers; the scores never reach
+  global memory. Tiles shrink (keys first) until they fit the target's shared
+  memory (dynamic shared memory, above 48 KB opted in by the loader).
 
 For the host target every kernel is a plain loop nest (``mapping = "loop"``).
 """
@@ -47,8 +54,15 @@ from accy.choir.attributes import (
 from accy.choir.builtin import FuncOp
 from accy.choir.ir import Block, Operation
 from accy.choir.passes import Pass, PassContext
+from accy.dialects.attention import match_in
 from accy.dialects.dispatch import RegionOp
-from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelYieldOp, LaunchOp
+from accy.dialects.kernel import (
+    FFMA_A_PAD,
+    KernelFuncOp,
+    KernelYieldOp,
+    LaunchOp,
+    attention_shared_floats,
+)
 from accy.dialects.memory import buffer_plan
 from accy.preparation.options import (
     WGMMA_TILE_K,
@@ -162,6 +176,9 @@ def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
     return tuple(out)
 
 
+ATTENTION_STAGING = 32
+"""The most floats a ``flash`` thread holds for the next key tile's K and V (stages 2)."""
+
 FFMA_MIN_BLOCKS = 128
 """``ffma-tiled`` tiles picked by shape shrink while the grid has fewer blocks than this
 (a wave: the H200 has 132 SMs)."""
@@ -231,6 +248,14 @@ class PlanKernels(Pass):
     ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
                                        KernelOptions.ffma_tile_k)
     """The ``ffma-tiled`` kernel: on or off, and its tiles (m, n: 0 picks by shape)."""
+    attention_tile: tuple[int, int, int] = (KernelOptions.attention_tile_m,
+                                            KernelOptions.attention_tile_n,
+                                            KernelOptions.attention_threads)
+    """The ``flash`` kernel's query rows and keys a tile, and its threads."""
+    attention_prefetch: bool = KernelOptions.attention_prefetch
+    """The ``flash`` kernel's next key tile waits in registers (stages 2) where it fits."""
+    max_dynamic_shared: int = 0
+    """Shared memory a block may take on the target (the flash tiles shrink to fit)."""
 
     def apply(self, ctx: PassContext, module: Operation) -> None:
         n = 0
@@ -263,6 +288,8 @@ class PlanKernels(Pass):
         if not self.thread_blocks:
             return {"mapping": "loop", "block": (1, 1, 1), "grid": (1, 1, 1),
                     "vector_width": 1, "shared_bytes": 0}
+        if kind == "attention":
+            return self.attention_plan(region, offsets or {})
         bs = self.block_size
         width = _vector_elements(region, self.vector_width)
         aligned = width > 1 and _vector_aligned(region, offsets or {}, self.vector_width)
@@ -409,13 +436,48 @@ class PlanKernels(Pass):
                 "shared_bytes": 2 * tk * ((tm + FFMA_A_PAD) + tn) * 4,
                 "tile": (tm, tn, tk), "micro_tile": (8, 8), "stages": 2}
 
+    def attention_plan(self, region: RegionOp, offsets: dict[int, int]) -> dict[str, object]:
+        """The ``flash`` plan of an attention region (see the module docstring).
+
+        ``threads / 16`` row groups of 16 threads: thread (ty, tx) owns ``rows = bm · 16 /
+        threads`` query rows and ``bn / 16`` keys of every key tile (4×4 at 64×64 with 256
+        threads). float4 loads (``vector_width`` 4) when both head dims divide 4 and
+        every buffer is 16-byte aligned, else scalar loads.
+        """
+        match = match_in(region.body.ops)
+        assert match is not None, "an attention region holds an attention chain"
+        bm, bn, threads = self.attention_tile
+        ty = threads // 16
+        d, dv = match.d, match.dv
+
+        def nbytes(bm: int, bn: int) -> int:
+            return 4 * sum(attention_shared_floats(bm, bn, d, dv))
+
+        limit = self.max_dynamic_shared or 48 * 1024
+        while nbytes(bm, bn) > limit and (bn > 16 or bm > ty):
+            if bn > 16 and (bn >= bm or bm <= ty):
+                bn //= 2
+            else:
+                bm //= 2
+        vec = 4 if d % 4 == 0 and dv % 4 == 0 and _vector_aligned(region, offsets, 4) else 1
+        mtiles = math.ceil(match.m / bm)
+        # the next key tile's loads wait in registers while one is used (stages 2) when
+        # that takes at most ATTENTION_STAGING floats a thread
+        staging = math.ceil(bn * -(-d // 4) * 4 / threads) + math.ceil(bn * -(-dv // 4) * 4
+                                                                        / threads)
+        return {"mapping": "flash", "block": (threads, 1, 1),
+                "grid": (max(1, match.batch_size * mtiles), 1, 1), "vector_width": vec,
+                "dynamic_shared": nbytes(bm, bn), "shared_bytes": 0,
+                "tile": (bm, bn, d), "micro_tile": (bm // ty, bn // 16),
+                "stages": 2 if self.attention_prefetch and staging <= ATTENTION_STAGING else 1}
+
     @staticmethod
     def make_kernel(region: RegionOp, name: str, plan: dict[str, object]) -> KernelFuncOp:
         attrs: dict[str, Attribute] = {
             "kind": StringAttr(region.kind),
             "iteration": DenseArrayAttr(tuple(region.iteration)),
         }
-        if region.kind == "matmul":
+        if region.kind in ("matmul", "attention"):
             attrs["contraction"] = IntegerAttr(region.contraction)
         for k, v in plan.items():
             if isinstance(v, tuple):

@@ -1,0 +1,92 @@
+"""Run a generated CUDA kernel on the CPU: a check of its indexing and arithmetic
+where there is no GPU (CI), not of CUDA itself.
+
+The kernel's text (from its ``extern "C" __global__`` line to its closing brace)
+is compiled by the host C++ compiler under a small shim: ``float4`` and friends,
+``__ldg`` a plain load, one thread of the host per CUDA thread of a block, blocks
+one after another, ``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an
+exchange through memory between two barriers — which is right for kernels whose
+every thread reaches every shuffle (the flash kernel's do). Dynamic shared memory
+is one static array.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <thread>
+#include <vector>
+struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+struct accy_dim3 { unsigned x, y, z; };
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+thread_local accy_dim3 threadIdx, blockIdx;
+static std::barrier<>* accy_bar;
+static float accy_slots[1024];
+#define __global__
+#define __restrict__
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__
+alignas(16) float accy_smem[64 * 1024];
+template <class T> static inline T __ldg(const T* p) { return *p; }
+static inline void __syncthreads() { accy_bar->arrive_and_wait(); }
+static inline float __shfl_xor_sync(unsigned, float v, int o) {
+  accy_slots[threadIdx.x] = v; __syncthreads();
+  const float r = accy_slots[threadIdx.x ^ o]; __syncthreads(); return r;
+}
+#define __expf expf
+"""
+
+
+def available() -> bool:
+    """A C++20 compiler with ``<barrier>`` is on the PATH."""
+    return shutil.which("g++") is not None
+
+
+def kernel_text(source: str, name: str) -> str:
+    start = source.rindex('extern "C"', 0, source.index(f" {name}(") + 1)
+    end = source.index("\n}\n", start) + 3
+    return source[start:end]
+
+
+def run(source: str, name: str, grid: int, threads: int, buffers: list[np.ndarray]) -> None:
+    """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks of ``threads`` on the CPU,
+    its parameters the float32 ``buffers`` (inputs, then outputs, written in place)."""
+    args = ", ".join(f"b[{i}]" for i in range(len(buffers)))
+    text = SHIM + kernel_text(source, name).replace(
+        "extern __shared__ __align__(16) float accy_smem[];", "") + f"""
+extern "C" void accy_run(float** b, int grid, int threads) {{
+  std::barrier<> bar(threads);
+  accy_bar = &bar;
+  for (int g = 0; g < grid; ++g) {{
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([=] {{ threadIdx = {{(unsigned)t, 0, 0}}; blockIdx = {{(unsigned)g, 0, 0}};
+                            {name}({args}); }});
+    for (auto& th : ts) th.join();
+  }}
+}}
+"""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, so = os.path.join(tmp, "k.cpp"), os.path.join(tmp, "k.so")
+        with open(src, "w") as f:
+            f.write(text)
+        built = subprocess.run(["g++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread",
+                        "-ffp-contract=off", src, "-o", so], check=False, capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError(f"the kernel does not build on the host:\n{built.stderr}")
+        lib = ctypes.CDLL(so)
+        ptrs = (ctypes.POINTER(ctypes.c_float) * len(buffers))(
+            *[b.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) for b in buffers])
+        lib.accy_run(ptrs, grid, threads)
