@@ -128,8 +128,8 @@ def test_a_program_travels_inline_decoded_once_and_checked():
 def test_a_batch_graph_has_no_data_dependencies_on_the_programs():
     """Chains that start from the program are tasks without dependencies: the scheduler
     spreads them, none waits on a worker holding data."""
-    from accy.distributed.graph import GraphBuilder, InlineProgram, plan_refresh
     from accy.distributed.batch import _request
+    from accy.distributed.graph import GraphBuilder, InlineProgram, plan_refresh
     from accy.preparation.products import SemanticModule
     from accy.sweep import Variant
 
