@@ -204,21 +204,25 @@ class KernelOptions:
     wgmma_stages: int = 4
     """Shared-memory stages of the warpgroup pipeline (2–6, as shared memory allows)."""
 
-    attention_tile_m: int = 64
+    attention_tile_m: int = 128
     attention_tile_n: int = 64
     """The flash attention kernel's block tile: ``attention_tile_m`` query rows of one
     batch index a block (32, 64 or 128), keys in tiles of ``attention_tile_n`` (32, 64
     or 128) staged through shared memory with V's rows; shrunk (keys first) while the
-    tiles overflow the target's shared memory."""
+    tiles overflow the target's shared memory. 128×64 by default: the fastest of the
+    31 tile variants at 512×128×64 and 16×4096×64 on the H200 (27.1 and 35.5
+    TFLOP/s against 23.3 and 29.7 for 64×64; RESULTS.md, attention)."""
     attention_threads: int = 256
     """Threads of a flash attention block (64, 128 or 256): 16 share a query row (a
     half-warp: its max and sum are shuffle trees), each owning
     ``attention_tile_m · 16 / attention_threads`` rows × ``attention_tile_n / 16``
-    scores of a key tile."""
-    attention_prefetch: bool = True
+    scores of a key tile — at most 8 rows: fewer threads shrink the query tile to
+    ``attention_threads / 2`` rows."""
+    attention_prefetch: bool = False
     """The flash kernel loads the next key tile (K and V) into registers while it uses
     the current one, when that takes at most 32 floats a thread; off, each tile is
-    loaded when it is reached (fewer registers)."""
+    loaded when it is reached (fewer registers; as fast or faster at every tile the
+    H200 measured, so the default)."""
 
     def __post_init__(self) -> None:
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
@@ -263,10 +267,6 @@ class KernelOptions:
         if self.attention_threads not in (64, 128, 256):
             raise OptionError(f"kernel.attention_threads must be 64, 128 or 256, got "
                               f"{self.attention_threads}")
-        if self.attention_tile_m * 16 // self.attention_threads > 8:
-            raise OptionError(f"kernel.attention_tile_m={self.attention_tile_m} with "
-                              f"kernel.attention_threads={self.attention_threads} gives a "
-                              f"thread more than 8 query rows")
 
     def _check_ffma_tiles(self) -> None:
         for n in ("ffma_tile_m", "ffma_tile_n"):

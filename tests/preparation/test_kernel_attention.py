@@ -22,19 +22,19 @@ def plan_of(sm, shapes=None, opts=(), target: str = "cuda:sm_90"):  # type: igno
 def test_the_attention_graph_plans_one_flash_kernel():
     p = plan_of(graph("attention"), SHAPES)
     assert (p.kind, p.mapping) == ("attention", "flash")
-    assert p.tile == (64, 64, 64) and p.micro_tile == (4, 4)
-    assert p.block == (256, 1, 1) and p.grid == (512 * 2, 1, 1)
-    assert p.vector_width == 4 and p.stages == 2 and p.contraction == 64
-    # Q 64×(64+4), K then P 64×68, V 64×64 floats: over 48 KB, dynamic
-    assert p.dynamic_shared == 4 * (64 * 68 + 64 * 68 + 64 * 64) == 51200
+    assert p.tile == (128, 64, 64) and p.micro_tile == (8, 4)
+    assert p.block == (256, 1, 1) and p.grid == (512, 1, 1)
+    assert p.vector_width == 4 and p.stages == 1 and p.contraction == 64
+    # Q, K then P, V: over 48 KB, dynamic
+    assert p.dynamic_shared == 4 * sum(attention_shared_floats(128, 64, 64, 64)) > 48 * 1024
     assert p.shared_bytes == 0
 
 
 @pytest.mark.parametrize("opts,tile,micro,block", [
-    (["kernel.attention_tile_m=128"], (128, 64), (8, 4), 256),
-    (["kernel.attention_tile_n=32"], (64, 32), (4, 2), 256),
-    (["kernel.attention_tile_n=128"], (64, 128), (4, 8), 256),
-    (["kernel.attention_threads=128"], (64, 64), (8, 4), 128),
+    (["kernel.attention_tile_m=64"], (64, 64), (4, 4), 256),
+    (["kernel.attention_tile_n=32"], (128, 32), (8, 2), 256),
+    (["kernel.attention_tile_m=64", "kernel.attention_tile_n=128"], (64, 128), (4, 8), 256),
+    (["kernel.attention_threads=128", "kernel.attention_tile_m=64"], (64, 64), (8, 4), 128),
     (["kernel.attention_threads=64", "kernel.attention_tile_m=32"], (32, 64), (8, 4), 64),
 ])
 def test_the_tile_options_are_the_plan(opts, tile, micro, block):
@@ -45,20 +45,27 @@ def test_the_tile_options_are_the_plan(opts, tile, micro, block):
 
 
 def test_prefetch_off_or_too_big_loads_each_tile_when_reached():
-    assert plan_of(graph("attention"), SHAPES, ["kernel.attention_prefetch=false"]).stages == 1
-    assert plan_of(graph("attention"), SHAPES, ["kernel.attention_tile_n=128"]).stages == 1
+    assert plan_of(graph("attention"), SHAPES).stages == 1  # off by default
+    on = ["kernel.attention_prefetch=true", "kernel.attention_tile_m=64"]
+    assert plan_of(graph("attention"), SHAPES, on).stages == 2
+    assert plan_of(graph("attention"), SHAPES, on + ["kernel.attention_tile_n=128"]).stages == 1
+
+
+def test_fewer_threads_shrink_the_query_tile_to_8_rows_a_thread():
+    p = plan_of(graph("attention"), SHAPES, ["kernel.attention_threads=128"])
+    assert p.tile[:2] == (64, 64) and p.micro_tile == (8, 4) and p.block == (128, 1, 1)
 
 
 def test_ragged_head_dims_load_scalars_and_pad_the_tiles():
     p = plan_of(attention((3,), 17, 17, 3, 5), {})
-    assert p.vector_width == 1 and p.tile == (64, 64, 3) and p.grid == (3, 1, 1)
-    assert p.dynamic_shared == 4 * (64 * 8 + 64 * 68 + 64 * 8)
+    assert p.vector_width == 1 and p.tile == (128, 64, 3) and p.grid == (3, 1, 1)
+    assert p.dynamic_shared == 4 * sum(attention_shared_floats(128, 64, 3, 5))
 
 
 def test_the_tiles_shrink_to_the_targets_shared_memory():
     sm = attention((2,), 256, 256, 128, 128)
     big = plan_of(sm, {}, target="cuda:sm_90")
-    assert big.tile == (64, 64, 128) and big.dynamic_shared > 48 * 1024
+    assert big.tile == (128, 64, 128) and big.dynamic_shared > 48 * 1024
     small = plan_of(sm, {}, target="cuda:sm_75")  # 48 KB a block
     assert small.dynamic_shared <= 48 * 1024
     assert small.tile[1] < 64 and small.grid[0] == 2 * -(-256 // small.tile[0])

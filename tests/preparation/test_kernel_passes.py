@@ -345,7 +345,7 @@ def test_every_region_becomes_a_kernel_and_a_launch():
     ("kernel.ffma_tile_k=16", False), ("kernel.tile_m=32", False),
     ("kernel.rows_per_block=2", False), ("kernel.attention_tile_n=32", True),
     ("kernel.attention_tile_m=32", True), ("kernel.attention_threads=128", True),
-    ("kernel.attention_prefetch=false", True)])
+    ("kernel.attention_prefetch=true", True)])
 def test_a_kernel_option_changes_only_the_kernel_product(option, fused):
     """Unfused, attention is three kernels the general options plan; fused, one flash
     kernel that the attention options plan."""

@@ -448,6 +448,7 @@ class PlanKernels(Pass):
         assert match is not None, "an attention region holds an attention chain"
         bm, bn, threads = self.attention_tile
         ty = threads // 16
+        bm = min(bm, 8 * ty)  # at most 8 query rows a thread
         d, dv = match.d, match.dv
 
         def nbytes(bm: int, bn: int) -> int:
