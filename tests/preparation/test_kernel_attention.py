@@ -77,8 +77,7 @@ def test_the_host_plans_a_loop():
 
 
 @pytest.mark.parametrize("bad", ["kernel.attention_tile_m=48", "kernel.attention_tile_n=256",
-                                 "kernel.attention_threads=512",
-                                 "kernel.attention_threads=64"])  # 64 rows: 16 a thread
+                                 "kernel.attention_threads=512"])
 def test_bad_attention_options_are_errors(bad):
     with pytest.raises(OptionError, match=bad.split("=")[0]):
         RunOptions.parse("cuda:sm_90", [bad])
