@@ -91,6 +91,11 @@ class Stage:
         (computed once per process)."""
         return _version(self)
 
+    @property
+    def reads_shapes(self) -> bool:
+        """Its key reads the argument shapes (contract: where the shapes enter)."""
+        return self.name == "contract"
+
     def reads(self, options: RunOptions, shapes: Shapes | None = None) -> dict[str, Any]:
         """Every option this stage's key reads (the shapes for contract).
 
@@ -101,7 +106,7 @@ class Stage:
             return {"target": str(options.target),
                     "fast_math": options.target_options.fast_math}
         opts = options.stage_key_fields(self.name)
-        if self.name == "contract":
+        if self.reads_shapes:
             opts = dict(opts, shapes={f"arg{i}": list(s)
                                       for i, s in sorted((shapes or {}).items())})
         return opts

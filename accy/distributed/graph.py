@@ -213,9 +213,40 @@ def _version(stage_name: str) -> str:
 
 
 def stage_template(stage_name: str, options: RunOptions, shapes: Any = None) -> dict[str, Any]:
-    """:meth:`accy.pipeline.Stage.template`, with the version computed once per process."""
+    """:meth:`accy.pipeline.Stage.template`, with the version computed once per process;
+    equal templates are one (shared, not to be changed) dict, so a batch serializes
+    each once (:func:`resolution_request`)."""
     s = table_stage(stage_name)
-    return {"stage": s.name, "version": _version(s.name), "options": s.reads(options, shapes)}
+    read = tuple(sorted((int(i), tuple(d)) for i, d in (shapes or {}).items())) \
+        if s.reads_shapes else None
+    return _template(stage_name, options, read)
+
+
+_TEXTS: collections.OrderedDict[int, tuple[dict[str, Any], str]] = collections.OrderedDict()
+_TEXTS_KEPT = 8192
+
+
+def _template_text(t: dict[str, Any]) -> str:
+    """A template's JSON, by object: the memo holds the template, so its id is not
+    reused while the entry lives (least recently used entries go first)."""
+    import json
+
+    hit = _TEXTS.get(id(t))
+    if hit is not None and hit[0] is t:
+        _TEXTS.move_to_end(id(t))
+        return hit[1]
+    text = json.dumps(t, sort_keys=True, default=str)
+    _TEXTS[id(t)] = (t, text)
+    while len(_TEXTS) > _TEXTS_KEPT:
+        _TEXTS.popitem(last=False)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(stage_name: str, options: RunOptions, shapes: Any) -> dict[str, Any]:
+    s = table_stage(stage_name)
+    return {"stage": s.name, "version": _version(s.name),
+            "options": s.reads(options, dict(shapes) if shapes is not None else None)}
 
 
 def content_key(stage_name: str, input_fingerprint: str, options: RunOptions,
@@ -774,9 +805,8 @@ def resolution_request(module: SemanticModule, request: VariantRequest,
     tmpls.append(request.template("compile"))
     if templates is not None:
         ids = []
-        for t in tmpls:
-            text = json.dumps(t, sort_keys=True, default=str)
-            ids.append(templates.setdefault(text, len(templates)))
+        for t in tmpls:  # equal templates are one object (stage_template): serialized once
+            ids.append(templates.setdefault(_template_text(t), len(templates)))
         tmpls = ids
     return {"semantic": module.fingerprint(), "variant": request.variant,
             "program": request.program, "target": request.target,
@@ -964,7 +994,9 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
             prev = ("store", last.key, last.entry.get("fields") or {"stage": last.stage})
     else:
         cache = programs if programs is not None else {}
-        prev = cache.setdefault(module.fingerprint(), InlineProgram.of(module))
+        prev = cache.get(module.fingerprint())
+        if prev is None:
+            prev = cache[module.fingerprint()] = InlineProgram.of(module)
     for s in preparation()[len(resolved):]:
         # the first node's input is known by content; each later one's by the node before
         t = request.template(s.name)
