@@ -799,7 +799,6 @@ def resolution_request(module: SemanticModule, request: VariantRequest,
     With ``templates`` (a table this batch fills: template JSON → index), each
     stage's key template is sent once per batch and requests name it by index.
     """
-    import json
 
     tmpls: list[Any] = [request.template(s.name) for s in preparation()]
     tmpls.append(request.template("compile"))
