@@ -412,10 +412,13 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     del answer
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)
-    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info().get("workers", {})
-                  .values())
+    workers = client.scheduler_info().get("workers", {})
+    threads = sum(w.get("nthreads", 1) for w in workers.values())
+    spread = {False: sorted(workers),
+              True: sorted(a for a, w in workers.items()
+                           if (w.get("resources") or {}).get("GPU", 0) > 0)}
     futures = graph.submit(client, fuse_gpu=not gpu or all_gpu,
-                           grain=compile_grain(len(todo), threads))
+                           grain=compile_grain(len(todo), threads), spread=spread)
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
     for p in plans:

@@ -889,12 +889,20 @@ class GraphBuilder:
             where[key] = i
         return chains
 
-    def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1) -> dict[Any, Any]:
+    def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1,
+               spread: dict[bool, list[str]] | None = None) -> dict[Any, Any]:
         """Send the graph; return the future of every chain task by its key.
 
         With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
         in one task (:func:`chain_group_task`: their compiles in one NVRTC program),
         each chain keeping its key as a pick of the group's result.
+
+        ``spread`` (GPU or not → worker addresses) places the tasks that read another
+        task's result round-robin over those workers (``workers=`` with
+        ``allow_other_workers``). Dask puts a task where its inputs are, so the 24
+        variants of a shared prefix all queued on the prefix's worker and waited for
+        work stealing (the shared sweep at 0.58× the pool at 15 workers on the H200,
+        the distinct one at 0.98×); a prefix's product is a few KB to fetch.
         """
         from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
         from dask.task_spec import Task
@@ -942,14 +950,36 @@ class GraphBuilder:
                                    members[0][3].store_url, *[arg for _, _, arg, _ in members])
                 for i, (seg, _, _, _) in enumerate(members):
                     layer[seg] = Task(seg, chain_pick_task, self.ref(gkey), i)
-        layers = {"accy-stages": MaterializedLayer(cpu)}
-        deps: dict[str, set[str]] = {"accy-stages": set()}
-        if gpu:
-            layers["accy-gpu"] = MaterializedLayer(gpu, annotations={"resources": {"GPU": 1}})
-            deps["accy-gpu"] = {"accy-stages"}
         chain_keys = set(self.segment_of.values())  # not the groups: their picks hold them
         keys = [k for k in list(cpu) + list(gpu) if k in chain_keys]
-        futures = client.get(HighLevelGraph(layers, deps), keys, sync=False)
+        layers: dict[str, Any] = {}
+        turn = {False: 0, True: 0}
+        for on_gpu, tasks in ((False, cpu), (True, gpu)):
+            base = {"resources": {"GPU": 1}} if on_gpu else {}
+            where: dict[str, dict[Any, Any]] = {}
+            targets = (spread or {}).get(on_gpu) or []
+            for key, task in tasks.items():
+                worker = ""
+                if targets and task.func is not chain_pick_task and task.dependencies:
+                    worker = targets[turn[on_gpu] % len(targets)]
+                    turn[on_gpu] += 1
+                where.setdefault(worker, {})[key] = task
+            home = {k: w for w, ts in where.items() for k in ts}
+            for key, task in tasks.items():  # a pick runs beside its group
+                if task.func is chain_pick_task:
+                    (group,) = task.dependencies
+                    if home[group]:
+                        where[""].pop(key)
+                        where.setdefault(home[group], {})[key] = task
+            for worker, ts in where.items():
+                if not ts:
+                    continue
+                annotations = dict(base, **({"workers": [worker],
+                                             "allow_other_workers": True} if worker else {}))
+                name = f"accy-{'gpu' if on_gpu else 'stages'}" + (f"@{worker}" if worker else "")
+                layers[name] = MaterializedLayer(ts, annotations=annotations or None)
+        futures = client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys,
+                             sync=False)
         return dict(zip(keys, futures))
 
 

@@ -301,3 +301,41 @@ def test_a_group_is_keyed_by_its_members():
     first, second, again = groups(["a", "b"]), groups(["a", "c"]), groups(["a", "b"])
     assert len(first) == len(second) == 1
     assert first != second and first == again
+
+
+def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
+    """Dask places a task where its inputs are: every variant of a shared prefix queued on
+    the prefix's worker. The batch names a worker for each task that reads another
+    task's result, round-robin, and lets the scheduler move it (allow_other_workers);
+    a group's picks go with the group, tasks that read nothing are left to Dask."""
+    class Capture:
+        def __init__(self) -> None:
+            self.layers: dict[str, Any] = {}
+
+        def get(self, hlg: Any, keys: Any, sync: bool = False) -> list[Any]:
+            self.layers = dict(hlg.layers)
+            return list(keys)
+
+    g = graph.GraphBuilder()
+    request = {"target": "cuda:sm_90", "options": {}}
+    prefix = g.node(("accy_memory", "p"), "memory", "outside", request, None)
+    for n in "abcdef":  # six variants read the shared prefix
+        k = g.node(("accy_kernel", n), "kernel", prefix, request, None)
+        g.node(("accy_compile", n), "compile", k, request, None, gpu=True,
+               program=("cuda:sm_90", ("--fmad=false",)))
+    client = Capture()
+    g.submit(client, grain=2, spread={False: ["tcp://c"], True: ["tcp://g1", "tcp://g2"]})
+    placed = {name: (layer.annotations or {}, set(layer.mapping)) for name, layer
+              in client.layers.items()}
+    assert set(placed) == {"accy-stages", "accy-gpu@tcp://g1", "accy-gpu@tcp://g2"}
+    assert placed["accy-stages"][1] == {("accy_memory", "p")}  # reads nothing: Dask's choice
+    for w in ("tcp://g1", "tcp://g2"):
+        annotations, keys = placed[f"accy-gpu@{w}"]
+        assert annotations == {"resources": {"GPU": 1}, "workers": [w],
+                               "allow_other_workers": True}
+        groups = [k for k in keys if k[0].startswith("accy_group-")]
+        picks = [k for k in keys if not k[0].startswith("accy_group-")]
+        assert len(picks) == 2 * len(groups)  # each group's two picks beside it
+    # three groups of two variants, round-robin: two on g1, one on g2
+    assert [len([k for k in placed[f"accy-gpu@{w}"][1] if k[0].startswith("accy_group-")])
+            for w in ("tcp://g1", "tcp://g2")] == [2, 1]
