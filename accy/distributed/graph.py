@@ -904,7 +904,7 @@ class GraphBuilder:
         work stealing (the shared sweep at 0.58× the pool at 15 workers on the H200,
         the distinct one at 0.98×); a prefix's product is a few KB to fetch.
         """
-        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+        from dask.highlevelgraph import HighLevelGraph
         from dask.task_spec import Task
 
         if not self.nodes:
@@ -952,35 +952,46 @@ class GraphBuilder:
                     layer[seg] = Task(seg, chain_pick_task, self.ref(gkey), i)
         chain_keys = set(self.segment_of.values())  # not the groups: their picks hold them
         keys = [k for k in list(cpu) + list(gpu) if k in chain_keys]
-        layers: dict[str, Any] = {}
-        turn = {False: 0, True: 0}
-        for on_gpu, tasks in ((False, cpu), (True, gpu)):
-            base = {"resources": {"GPU": 1}} if on_gpu else {}
-            where: dict[str, dict[Any, Any]] = {}
-            targets = (spread or {}).get(on_gpu) or []
-            for key, task in tasks.items():
-                worker = ""
-                if targets and task.func is not chain_pick_task and task.dependencies:
-                    worker = targets[turn[on_gpu] % len(targets)]
-                    turn[on_gpu] += 1
-                where.setdefault(worker, {})[key] = task
-            home = {k: w for w, ts in where.items() for k in ts}
-            for key, task in tasks.items():  # a pick runs beside its group
-                if task.func is chain_pick_task:
-                    (group,) = task.dependencies
-                    if home[group]:
-                        where[""].pop(key)
-                        where.setdefault(home[group], {})[key] = task
-            for worker, ts in where.items():
-                if not ts:
-                    continue
-                annotations = dict(base, **({"workers": [worker],
-                                             "allow_other_workers": True} if worker else {}))
-                name = f"accy-{'gpu' if on_gpu else 'stages'}" + (f"@{worker}" if worker else "")
-                layers[name] = MaterializedLayer(ts, annotations=annotations or None)
+        layers = _placed_layers(cpu, gpu, spread or {})
         futures = client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys,
                              sync=False)
         return dict(zip(keys, futures))
+
+
+def _placed_layers(cpu: dict[Any, Any], gpu: dict[Any, Any],
+                   spread: dict[bool, list[str]]) -> dict[str, Any]:
+    """The graph's layers: CPU and GPU (``resources={"GPU": 1}``) tasks; those that read
+    another task's result in a layer per worker of ``spread`` (round-robin), with
+    their groups' picks (see :meth:`GraphBuilder.submit`)."""
+    from dask.highlevelgraph import MaterializedLayer
+
+    layers: dict[str, Any] = {}
+    turn = {False: 0, True: 0}
+    for on_gpu, tasks in ((False, cpu), (True, gpu)):
+        base = {"resources": {"GPU": 1}} if on_gpu else {}
+        where: dict[str, dict[Any, Any]] = {}
+        targets = spread.get(on_gpu) or []
+        for key, task in tasks.items():
+            worker = ""
+            if targets and task.func is not chain_pick_task and task.dependencies:
+                worker = targets[turn[on_gpu] % len(targets)]
+                turn[on_gpu] += 1
+            where.setdefault(worker, {})[key] = task
+        home = {k: w for w, ts in where.items() for k in ts}
+        for key, task in tasks.items():  # a pick runs beside its group
+            if task.func is chain_pick_task:
+                (group,) = task.dependencies
+                if home[group]:
+                    where[""].pop(key)
+                    where.setdefault(home[group], {})[key] = task
+        for worker, ts in where.items():
+            if not ts:
+                continue
+            annotations = dict(base, **({"workers": [worker],
+                                         "allow_other_workers": True} if worker else {}))
+            name = f"accy-{'gpu' if on_gpu else 'stages'}" + (f"@{worker}" if worker else "")
+            layers[name] = MaterializedLayer(ts, annotations=annotations or None)
+    return layers
 
 
 def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
