@@ -13,7 +13,7 @@ resources say. Within the task:
 2. **Timing.** Per variant: the fragment is loaded in this process (reused if
    it already is), its arguments prepared and its results allocated once
    (:meth:`LoadedFragment.prepare`, the arguments once for the group),
-   :data:`WARMUP` warm-up runs, then
+   :data:`WARMUP` warm-up runs (on a GPU, at least :data:`WARMUP_S` of them), then
    ``reps`` repeats of ``number`` back-to-back :meth:`LoadedFragment.launch_all`
    calls between two CUDA events (GPU) or two reads of the monotonic clock
    (host). ``number`` is calibrated once per variant so a repeat lasts about
@@ -49,6 +49,11 @@ import numpy as np
 
 WARMUP = 3
 """Untimed runs of each variant before its repeats (caches, clocks, lazy loading)."""
+WARMUP_S = 0.025
+"""On a GPU the warm-up then goes on for at least this long (as Triton's ``do_bench``
+warms up for 25 ms): a variant timed right after a pause ran at other clocks — the
+4096³ bf16 matmul's winner was 3.9 % apart between two tunings with 3 warm-up runs
+(RESULTS.md, tuning), the row programs' at most 0.7 %."""
 REPEAT_S = 0.02
 """About how long one timed repeat lasts (``number`` calls)."""
 MAX_NUMBER = {"cuda": 50, "host": 1000}
@@ -200,6 +205,9 @@ def _measure(run: Callable[[], None], device: str, reps: int) -> tuple[list[floa
             run()
         cuda_synchronize()
         one = time_cuda(run, 1, 1)[0]
+        more = math.ceil(WARMUP_S / max(one, 1e-9)) - WARMUP - 1
+        if more > 0:
+            time_cuda(run, min(more, 100_000), 1)
         number = max(1, min(MAX_NUMBER["cuda"], math.ceil(REPEAT_S / max(one, 1e-9))))
         return time_cuda(run, number, reps), number
     for _ in range(WARMUP):
