@@ -187,7 +187,8 @@ class _Collector:
             out.failure = _failure_of(error, failed_stage)
         for stage in (s for s in RECEIPT_ORDER if s in summary):
             tk = plan.task_keys[stage]
-            shared = tk in self.claimed  # another variant's receipt already says "ran"
+            # another variant's receipt already says "ran" (a copied run is its own)
+            shared = tk in self.claimed and stage not in plan.copied
             self.claimed.add(tk)
             if stage == "load":
                 out.fragment = {k: v for k, v in summary[stage].items() if k != "node"}
@@ -422,7 +423,7 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
     for p in plans:
-        p.bind(futures, graph.segment_of, graph.ends)
+        p.bind(futures, graph.segment_of, graph.ends, graph.copied)
         if p.tail is None:
             o, pub = collector.collect(p, {}, None)
             finish(o)

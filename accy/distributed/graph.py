@@ -659,10 +659,14 @@ class RefreshPlan:
     """The future of the variant's last chain task: its value carries every receipt."""
     keep: list[Any] = field(default_factory=list)
     """Futures of this plan's chain tasks, held until the plan is published."""
+    copied: set[str] = field(default_factory=set)
+    """Stages its chain runs itself though another variant's chain runs them too."""
 
     def bind(self, futures: dict[Any, Any], segment_of: dict[Any, Any],
-             ends: set[Any]) -> None:
-        """Attach the futures of the submitted graph."""
+             ends: set[Any], copied: set[Any] | None = None) -> None:
+        """Attach the futures of the submitted graph (``copied``: the nodes each of
+        their chains runs itself, :attr:`GraphBuilder.copied`)."""
+        self.copied = {s for s in self.submitted if self.task_keys[s] in (copied or set())}
         for stage in self.submitted:
             seg = segment_of[self.task_keys[stage]]
             # a chain ending in compile or load holds the compiled fragment
@@ -753,6 +757,13 @@ NO_WORKERS_WAIT_S = 30
 """How long a batch waits for a cluster that has no worker at all (all lost, none
 restarted), then ends with one error line instead of waiting on Dask without bound.
 Dask config ``accy.no-workers-wait`` (seconds) overrides it."""
+
+
+COPIED_READERS = 2
+"""A stage run (contract … target) read by at most this many chains runs in each of them
+rather than as a task of its own (:meth:`GraphBuilder.segments`). In the shared sweep
+the kernel stage of a fast-math pair was a task of ~1 ms of work: 240 extra tasks and
+transfers for 480 variants."""
 
 
 MAX_COMPILE_GRAIN = 8
@@ -853,6 +864,7 @@ class GraphBuilder:
         self.nodes: dict[Any, _Node] = {}
         self.segment_of: dict[Any, Any] = {}
         self.ends: set[Any] = set()
+        self.copied: set[Any] = set()
 
     def node(self, key: tuple[str, str], stage: str, prev: Any, request: dict[str, Any],
              store_url: str | None, gpu: bool = False, program: Any = None) -> tuple[str, str]:
@@ -875,12 +887,28 @@ class GraphBuilder:
 
     def segments(self, fuse_gpu: bool) -> list[list[Any]]:
         """The chains: a node joins its input's chain when it is that input's only reader
-        (and, unless ``fuse_gpu``, needs the same kind of worker)."""
+        (and, unless ``fuse_gpu``, needs the same kind of worker). A stage run that only
+        :data:`COPIED_READERS` chains read and that would be a task of its own is run in
+        each of them instead (:attr:`copied`): a task round trip and a transfer cost
+        more than the stage (about a millisecond), and the second run finds the
+        first's product in the store (early cutoff) when there is one."""
+        self.copied = {k for k, n in self.nodes.items() if self._copied(n, fuse_gpu)}
+
+        def copies(k: Any) -> list[Any]:  # the copied runs a chain starts with
+            if k not in self.copied:
+                return []
+            return copies(self.nodes[k].after) + [k]
+
         chains: list[list[Any]] = []
         where: dict[Any, int] = {}
         for key, n in self.nodes.items():  # insertion order: inputs come first
+            if key in self.copied:
+                continue
             p = self.nodes.get(n.after) if n.after is not None else None
-            if p is not None and len(p.dependents) == 1 and (fuse_gpu or p.gpu == n.gpu):
+            if n.after in self.copied:
+                i = len(chains)
+                chains.append(copies(n.after) + [key])
+            elif p is not None and len(p.dependents) == 1 and (fuse_gpu or p.gpu == n.gpu):
                 i = where[n.after]
                 chains[i].append(key)
             else:
@@ -888,6 +916,14 @@ class GraphBuilder:
                 chains.append([key])
             where[key] = i
         return chains
+
+    def _copied(self, n: _Node, fuse_gpu: bool) -> bool:
+        if not 2 <= len(n.dependents) <= COPIED_READERS or n.stage not in PREPARATION_NAMES:
+            return False
+        p = self.nodes.get(n.after) if n.after is not None else None
+        if p is not None and len(p.dependents) == 1 and (fuse_gpu or p.gpu == n.gpu):
+            return False  # it ends its input's chain: copying would copy that chain
+        return all(fuse_gpu or self.nodes[d].gpu == n.gpu for d in n.dependents)
 
     def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1,
                spread: dict[bool, list[str]] | None = None) -> dict[Any, Any]:

@@ -339,3 +339,29 @@ def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
     # three groups of two variants, round-robin: two on g1, one on g2
     assert [len([k for k in placed[f"accy-gpu@{w}"][1] if k[0].startswith("accy_group-")])
             for w in ("tcp://g1", "tcp://g2")] == [2, 1]
+
+
+def test_a_stage_run_two_chains_read_runs_in_both():
+    """A stage read by two chains (a fast-math pair's kernel stage) is copied into both
+    instead of being a task of its own; one read by three stays a task; a compile is
+    never copied."""
+    g = graph.GraphBuilder()
+    request = {"target": "cuda:sm_90", "options": {}}
+    start = g.node(("accy_dispatch", "d"), "dispatch", "outside", request, None)
+    prefix = g.node(("accy_memory", "p"), "memory", start, request, None)  # ends d's chain
+    pair = g.node(("accy_kernel", "k2"), "kernel", prefix, request, None)
+    trio = g.node(("accy_kernel", "k3"), "kernel", prefix, request, None)
+    for n in "ab":
+        g.node(("accy_target", n), "target", pair, request, None)
+    for n in "cde":
+        g.node(("accy_target", n), "target", trio, request, None)
+    compile_ = g.node(("accy_compile", "c"), "compile", ("accy_target", "a"), request, None)
+    for n in "xy":
+        g.node(("accy_load", n), "load", compile_, request, None)
+    chains = g.segments(fuse_gpu=True)
+    assert g.copied == {pair}
+    assert [pair, ("accy_target", "a")] not in chains  # 'a' continues to its compile
+    assert [pair, ("accy_target", "b")] in chains
+    assert [pair, ("accy_target", "a"), compile_] in chains
+    assert [pair] not in chains and [trio] in chains and [start, prefix] in chains
+    assert [("accy_load", "x")] in chains and [("accy_load", "y")] in chains

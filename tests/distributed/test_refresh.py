@@ -199,6 +199,38 @@ def test_variants_sharing_stages_run_each_shared_stage_once(cluster, tmp_path, m
     assert s["reuses"] == len(SHARED) * (len(variants) - 1)
 
 
+def test_a_stage_two_variants_share_runs_in_each_chain_with_its_own_receipt(cluster,
+                                                                             tmp_path,
+                                                                             monkeypatch):
+    """A fast-math pair shares its kernel stage; the stage is copied into both chains (no
+    task of its own). Each receipt says what that chain did: it ran the stage, or read
+    the other's product back from the store — never "reused from the cluster"."""
+    _, client = cluster
+    runs: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    real = pipeline.Stage.run
+
+    def counting_run(self: pipeline.Stage, prev: Any, *args: Any, **kwargs: Any) -> StageResult:
+        with lock:
+            runs[self.name] += 1
+        return real(self, prev, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.Stage, "run", counting_run)
+    # memory is shared by two block sizes; each block size's kernel by a fast-math pair
+    variants = [Variant(v.program, v.target, v.shapes, {**v.options, "target.fast_math": f})
+                for v in (softmax("cuda:sm_90", 128), softmax("cuda:sm_90", 256))
+                for f in (False, True)]
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert_all_ok(result)
+    kernel = [receipts(o)["kernel"] for o in result.outcomes]
+    assert kernel[0].key == kernel[1].key != kernel[2].key == kernel[3].key
+    assert all(not r.reused or r.source == "store" for r in kernel), kernel
+    assert 2 <= runs["kernel"] <= 4  # the second chain of a pair ran it too, or read it back
+    assert sum(not r.reused for r in kernel) == runs["kernel"]
+    memory = [receipts(o)["memory"] for o in result.outcomes]
+    assert sum(not r.reused for r in memory) == 1  # a task of its own: run once, shared
+
+
 # -- 3. a second batch reuses everything
 
 
