@@ -7,13 +7,15 @@ is compiled by the host C++ compiler under a small shim: ``float4`` and friends,
 one after another, ``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an
 exchange through memory between two barriers — which is right for kernels whose
 every thread reaches every shuffle (the flash kernel's do). Dynamic shared memory
-is one static array.
+is one static array, and a block's static ``__shared__`` arrays static locals of the
+kernel (shared by its threads).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +33,7 @@ struct accy_dim3 { unsigned x, y, z; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 thread_local accy_dim3 threadIdx, blockIdx;
+static accy_dim3 blockDim, gridDim;
 static std::barrier<>* accy_bar;
 static float accy_slots[1024];
 #define __global__
@@ -64,11 +67,15 @@ def run(source: str, name: str, grid: int, threads: int, buffers: list[np.ndarra
     """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks of ``threads`` on the CPU,
     its parameters the float32 ``buffers`` (inputs, then outputs, written in place)."""
     args = ", ".join(f"b[{i}]" for i in range(len(buffers)))
-    text = SHIM + kernel_text(source, name).replace(
-        "extern __shared__ __align__(16) float accy_smem[];", "") + f"""
+    # a block's static shared arrays are one array for every thread of the block (blocks
+    # run one after another): a static local of the kernel function
+    body = re.sub(r"^(\s*)__shared__ ", r"\1static ", kernel_text(source, name).replace(
+        "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
+    text = SHIM + body + f"""
 extern "C" void accy_run(float** b, int grid, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;
+  blockDim = {{(unsigned)threads, 1, 1}}; gridDim = {{(unsigned)grid, 1, 1}};
   for (int g = 0; g < grid; ++g) {{
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)

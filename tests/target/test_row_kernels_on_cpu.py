@@ -24,6 +24,7 @@ from accy.dialects.memory import BufferSpec  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
+from accy.preparation.products import SemanticModule  # noqa: E402
 from accy.reference import run_reference  # noqa: E402
 
 CUDA = "cuda:sm_90"
@@ -123,3 +124,53 @@ def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
     sm = graph("softmax_axis0")
     x = np.random.default_rng(0).standard_normal((64, 16384 + 77)).astype(np.float32) * 4
     assert max_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
+
+
+# ------------------------------------------- reductions over one or both axes
+
+
+def reductions(rows: int, cols: int) -> SemanticModule:
+    """graphs/reductions.mlir at rows × cols: sum over axis 1, max over axis 0 (kept),
+    min over axis 1, mean over both."""
+    text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
+    text = text.replace("64x128", f"{rows}x{cols}").replace(
+        "tensor<64xf32>", f"tensor<{rows}xf32>").replace("1x128xf32", f"1x{cols}xf32")
+    return SemanticModule.from_text(text)
+
+
+def input_reads(job) -> int:  # type: ignore[no-untyped-def]
+    """Launches that read argument 0 (through any view of it)."""
+    specs = {s.id: s for s in (BufferSpec.from_attr(a)
+                               for a in job.module.attributes["target.buffers"].values)}
+
+    def root(i: int) -> BufferSpec:
+        while specs[i].kind == "alias":
+            i = specs[i].alias_of
+        return specs[i]
+
+    return sum(any(root(i).kind == "arg" for i in dict(launch.entries)["buffers"].values)
+               for launch in job.module.attributes["target.launches"].values)
+
+
+def launches(job) -> list[str]:  # type: ignore[no-untyped-def]
+    return [dict(launch.entries)["kernel"].value
+            for launch in job.module.attributes["target.launches"].values]
+
+
+def test_sibling_row_reductions_are_one_kernel() -> None:
+    """The row sum and the row min of x read it in one launch with two outputs."""
+    job = cuda_job(reductions(8192, 4096))
+    bodies = kernel_bodies(job)
+    two = [name for name, body in bodies.items() if "out1[row]" in body]
+    assert len(two) >= 1
+    assert global_reads(bodies[two[0]]) == 1
+    assert input_reads(job) <= 3  # was 4: sum, min, the column max and the mean
+    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+
+
+@needs_cxx
+@pytest.mark.parametrize("shape", [(64, 128)])
+def test_reductions_match_the_reference_on_the_cpu(shape: tuple[int, int]) -> None:
+    sm = reductions(*shape)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    assert max_error(cuda_job(sm), sm, [x]) <= 1e-5
