@@ -53,6 +53,7 @@ def tensor(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
     return (
         t.RequireStaticShapes(),            # compiling needs every ? bound
         t.DecomposeComposites(),            # softmax, layernorm, rmsnorm, gelu, mean
+        t.SuccessiveReductions(),           # innermost axis first where a sibling reduces it
         t.SplitReductions(options.tensor.split_reductions
                           and options.target.backend.thread_blocks),  # fill the GPU
         t.InnermostReductions(options.tensor.innermost_reductions),

@@ -305,6 +305,9 @@ class _RowEmitter:
         self.ident = tuple(self.rnames) + (col,)
         self.regs: dict[int, str] = {}
         """Cached input → its register array."""
+        self.reg_index: dict[int, tuple[str, ...]] = {}
+        """Cached input → the index of it this thread's element reads (the element
+        itself, or its place through the one ``prim.transpose`` that reads it)."""
         self.outer = Scope(self.lines)
         self.scope_ref = [self.outer]
         self.vz = _Vectorizer([], self.vec, self.scope_ref)
@@ -315,7 +318,7 @@ class _RowEmitter:
 
     def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
         """Loads of a cached input at this thread's element read its registers."""
-        if kidx in self.regs and idx == self.ident:
+        if kidx in self.regs and idx == self.reg_index[kidx]:
             name = self.regs[kidx]
             if self.vec > 1 and elem_of(self.k.body.args[kidx]) != "f32":
                 return f"{name}[j][{lane}]"
@@ -357,6 +360,11 @@ class _RowEmitter:
             arg = self.k.body.args[kidx]
             name = f"reg{kidx}"
             self.regs[kidx] = name
+            self.reg_index[kidx] = self.ident
+            if shape_of(arg) != tuple(self.shape):  # read through a transpose (thread per row)
+                user = arg.uses[0][0]
+                assert user.op_name == "prim.transpose" and self.vec == 1, user.op_name
+                self.reg_index[kidx] = ExprBuilder.operand_index(user, self.ident)
             if self.vec > 1 and elem_of(arg) != "f32":
                 self.lines.append(f"float {name}[{self.items}][{self.vec}];")
             elif self.vec > 1:
@@ -369,7 +377,8 @@ class _RowEmitter:
         vec, b = self.vec, self.b
         for kidx, name in self.regs.items():
             arg = self.k.body.args[kidx]
-            off = b.offset(shape_of(arg), tuple(self.rnames) + ("c",), 0)
+            off = b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c")
+                                                for i in self.reg_index[kidx]), 0)
             src = self.ins[kidx]
             if vec > 1 and elem_of(arg) != "f32":
                 w = b.fresh("w")

@@ -5,15 +5,18 @@ The kernel's text (from its ``extern "C" __global__`` line to its closing brace)
 is compiled by the host C++ compiler under a small shim: ``float4`` and friends,
 ``__ldg`` a plain load, one thread of the host per CUDA thread of a block, blocks
 one after another, ``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an
-exchange through memory between two barriers — which is right for kernels whose
-every thread reaches every shuffle (the flash kernel's do). Dynamic shared memory
-is one static array.
+exchange through memory between two barriers of its warp — which is right for kernels
+whose every thread of a warp reaches every shuffle (a warp-per-row kernel's warps past
+the last row return, whole). Dynamic shared memory
+is one static array, and a block's static ``__shared__`` arrays static locals of the
+kernel (shared by its threads).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +26,7 @@ import numpy as np
 SHIM = r"""
 #include <barrier>
 #include <cmath>
+#include <memory>
 #include <thread>
 #include <vector>
 struct float4 { float x, y, z, w; };
@@ -31,6 +35,7 @@ struct accy_dim3 { unsigned x, y, z; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 thread_local accy_dim3 threadIdx, blockIdx;
+static accy_dim3 blockDim, gridDim;
 static std::barrier<>* accy_bar;
 static float accy_slots[1024];
 #define __global__
@@ -41,9 +46,11 @@ static float accy_slots[1024];
 alignas(16) float accy_smem[64 * 1024];
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline void __syncthreads() { accy_bar->arrive_and_wait(); }
+static std::barrier<>* accy_warp_bar[32];
 static inline float __shfl_xor_sync(unsigned, float v, int o) {
-  accy_slots[threadIdx.x] = v; __syncthreads();
-  const float r = accy_slots[threadIdx.x ^ o]; __syncthreads(); return r;
+  std::barrier<>* bar = accy_warp_bar[threadIdx.x >> 5];
+  accy_slots[threadIdx.x] = v; bar->arrive_and_wait();
+  const float r = accy_slots[threadIdx.x ^ o]; bar->arrive_and_wait(); return r;
 }
 #define __expf expf
 """
@@ -64,11 +71,20 @@ def run(source: str, name: str, grid: int, threads: int, buffers: list[np.ndarra
     """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks of ``threads`` on the CPU,
     its parameters the float32 ``buffers`` (inputs, then outputs, written in place)."""
     args = ", ".join(f"b[{i}]" for i in range(len(buffers)))
-    text = SHIM + kernel_text(source, name).replace(
-        "extern __shared__ __align__(16) float accy_smem[];", "") + f"""
+    # a block's static shared arrays are one array for every thread of the block (blocks
+    # run one after another): a static local of the kernel function
+    body = re.sub(r"^(\s*)__shared__ ", r"\1static ", kernel_text(source, name).replace(
+        "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
+    text = SHIM + body + f"""
 extern "C" void accy_run(float** b, int grid, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;
+  blockDim = {{(unsigned)threads, 1, 1}}; gridDim = {{(unsigned)grid, 1, 1}};
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  for (int w = 0; w * 32 < threads; ++w) {{
+    warps.emplace_back(new std::barrier<>(threads - w * 32 < 32 ? threads - w * 32 : 32));
+    accy_warp_bar[w] = warps.back().get();
+  }}
   for (int g = 0; g < grid; ++g) {{
     std::vector<std::thread> ts;
     for (int t = 0; t < threads; ++t)

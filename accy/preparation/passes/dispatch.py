@@ -14,7 +14,10 @@ Fusion, in one forward walk over each function (producer → consumer):
   output it is — a matmul epilogue;
 - a reduction joins the row group its input comes from (softmax's two
   reductions share one), turns an elementwise producer group of its input's
-  shape into a row group (prologue fusion), or starts a row group;
+  shape into a row group (prologue fusion), joins a row group over the same
+  rows that reads one of the same inputs (sibling reductions: a row sum and a
+  row min of ``x`` are one launch reading ``x`` once, with two outputs), or
+  starts a row group;
 - a matmul starts a group — unless it ends an **attention** chain
   (``softmax(q·kᵀ·c)·v``, :mod:`accy.dialects.attention`, its intermediates read
   nowhere else): then the whole chain is one ``attention`` group (one flash-style
@@ -351,7 +354,23 @@ class _Former:
                         self.ctx.stat("fused-prologues")
                         return
                     g.kind = "elementwise"
+            for g in self.row_siblings(op):
+                if self.can_join(op, g):
+                    self.add(op, g)
+                    self.ctx.stat("fused-sibling-reductions")
+                    return
         self.new_group("rows", row, op)
+
+    def row_siblings(self, op: Operation) -> list[Group]:
+        """Row groups over ``op``'s row shape that read an input ``op`` reduces: one
+        multi-output region reads the input once (a row sum and a row min of ``x``)."""
+        row = _shape(op.operands[0])
+        out: list[Group] = []
+        for base in self.outside_inputs(op):
+            for g in self.readers.get(base, []):
+                if g.kind == "rows" and g.shape == row and g not in out:
+                    out.append(g)
+        return out
 
     def materialize_results(self) -> None:
         ret = self.func.body.terminator

@@ -52,7 +52,7 @@ from accy.choir.attributes import (
     TensorType,
 )
 from accy.choir.builtin import FuncOp
-from accy.choir.ir import Block, Operation
+from accy.choir.ir import Block, Operation, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.attention import match_in
 from accy.dialects.dispatch import RegionOp
@@ -74,6 +74,10 @@ from accy.preparation.passes.memory import IDENTITY_READERS
 
 MAX_GRID_BLOCKS = 4096
 MAX_CACHED_PER_THREAD = 32
+MAX_THREAD_CACHED = 2 * MAX_CACHED_PER_THREAD
+"""The longest row a ``thread-per-row`` thread holds in registers (64 values: the
+register file of a 256-thread block at 255 registers a thread still has room for the
+row and the expression temporaries); longer rows are read again in each phase."""
 MAX_THREAD_ROW = 256
 """The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
 MIN_THREAD_ROWS = 16384
@@ -163,16 +167,29 @@ def _column_rows(region: RegionOp) -> bool:
     return False
 
 
-def _cached_inputs(region: RegionOp) -> tuple[int, ...]:
-    """Inputs of a row region read only at their own element (cacheable in registers)."""
+def _cached_inputs(region: RegionOp, transposed: bool = False) -> tuple[int, ...]:
+    """Inputs of a row region read only at their own element (cacheable in registers).
+
+    With ``transposed`` (a thread per row), an input read only through one
+    ``prim.transpose`` to the iteration shape counts too: each thread's element of
+    the transpose is one element of the input (the target reads it there once).
+    """
     shape = tuple(region.iteration)
+
+    def identity_read(v: Value) -> bool:
+        return bool(v.uses) and all(u.op_name in IDENTITY_READERS or u.op_name == "prim.reduce"
+                                    for u, _ in v.uses)
+
     out = []
     for i, arg in enumerate(region.body.args):
-        if tuple(arg.type.shape) != shape or not arg.uses:  # type: ignore[attr-defined]  # a tensor-typed value
-            continue
-        if all(u.op_name in IDENTITY_READERS or u.op_name == "prim.reduce"
-               for u, _ in arg.uses):
+        if tuple(arg.type.shape) == shape and identity_read(arg):  # type: ignore[attr-defined]  # a tensor-typed value
             out.append(i)
+        elif transposed and len(arg.uses) == 1:
+            user = arg.uses[0][0]
+            moved = user.results[0] if user.op_name == "prim.transpose" else None
+            moved_shape = tuple(moved.type.shape) if moved is not None else ()  # type: ignore[attr-defined]  # a tensor-typed value
+            if moved is not None and moved_shape == shape and identity_read(moved):
+                out.append(i)
     return tuple(out)
 
 
@@ -305,7 +322,8 @@ class PlanKernels(Pass):
                 # rows that are columns in memory: a thread per row walks its row, and
                 # the threads of a warp read 32 neighbouring addresses at each step
                 items = cols
-                cached = _cached_inputs(region) if cols <= 2 * MAX_CACHED_PER_THREAD else ()
+                cached = _cached_inputs(region, transposed=True) \
+                    if cols <= MAX_THREAD_CACHED else ()
                 return {"mapping": "thread-per-row", "block": (bs, 1, 1),
                         "grid": (max(1, math.ceil(rows / bs)), 1, 1), "vector_width": 1,
                         "shared_bytes": 0, "rows": rows, "cols": cols, "rows_per_block": bs,

@@ -3,12 +3,15 @@
 1. :class:`RequireStaticShapes` — compiling needs every ``?`` bound;
 2. :class:`DecomposeComposites` — softmax, layernorm, rmsnorm, gelu and
    reduce_mean become primitive semantic ops;
-3. :class:`SplitReductions` — on GPU targets, a long reduction with few
+3. :class:`SuccessiveReductions` — a reduction over several axes whose innermost
+   axis another reduction of the same tensor reduces becomes two, innermost first
+   (its first level is that sibling's rows: one read of the tensor);
+4. :class:`SplitReductions` — on GPU targets, a long reduction with few
    outputs becomes two (a reshape between), so it fills the GPU;
-4. :class:`InnermostReductions` — every reduction runs over the last axis
+5. :class:`InnermostReductions` — every reduction runs over the last axis
    with keepdims (transposes and reshapes around it);
-5. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops;
-6. :class:`CastsInsideTransposes` — the transposes around a half-precision
+6. :class:`LowerToPrim` — explicit broadcasts, ``prim.*`` ops;
+7. :class:`CastsInsideTransposes` — the transposes around a half-precision
    reduction move outside its casts (so they fuse into the row kernel).
 """
 
@@ -20,6 +23,7 @@ from accy.preparation.passes.tensor.innermost_reductions import InnermostReducti
 from accy.preparation.passes.tensor.lower_to_prim import LowerToPrim
 from accy.preparation.passes.tensor.require_static_shapes import RequireStaticShapes
 from accy.preparation.passes.tensor.split_reductions import SplitReductions
+from accy.preparation.passes.tensor.successive_reductions import SuccessiveReductions
 
 __all__ = ["CastsInsideTransposes", "DecomposeComposites", "InnermostReductions", "LowerToPrim", "RequireStaticShapes",
-           "SplitReductions"]
+           "SplitReductions", "SuccessiveReductions"]

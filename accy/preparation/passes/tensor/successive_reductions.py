@@ -1,0 +1,83 @@
+"""``successive-reductions``: a reduction over several axes that shares its innermost
+axis with another reduction of the same tensor becomes two, innermost first.
+
+``reduce_k(x, A)`` with ``A`` of several axes and ``a = max(A)`` becomes
+``reduce_k(reduce_k(x, {a}), A \\ {a})`` (the same ``keepdims`` on both; without
+it the remaining axes, all before ``a``, keep their numbers) — only when another
+reduction (any kind) of the same ``x`` over exactly ``{a}`` exists. Its first level
+is then the same row reduction as that one: identical ones become one (CSE), and a
+different kind over the same rows joins it in one multi-output row kernel (the
+dispatch stage's sibling reductions), so ``x`` is read once, not once more through a
+flat reshape. Without such a sibling the reduction is left whole (a flat reshape,
+which ``split-reductions`` may split to fill the GPU).
+
+Only ``sum``, ``max`` and ``min`` (``reduce_mean`` is a sum by then); a sum of
+f16/bf16 stays whole, so no partial sum is rounded to half precision.
+
+Example
+-------
+>>> from accy.choir.parser import parse_module
+>>> from accy.choir.passes import PassManager
+>>> m = parse_module('''"builtin.module"() ({
+...   "func.func"() <{function_type = (tensor<8x16xf32>) -> (tensor<8xf32>, tensor<f32>), sym_name = "main"}> ({
+...   ^bb0(%x: tensor<8x16xf32>):
+...     %0 = "semantic.reduce_min"(%x) {axes = array<i64: 1>} : (tensor<8x16xf32>) -> tensor<8xf32>
+...     %1 = "semantic.reduce_sum"(%x) {axes = array<i64: 0, 1>} : (tensor<8x16xf32>) -> tensor<f32>
+...     "func.return"(%0, %1) : (tensor<8xf32>, tensor<f32>) -> ()
+...   }) : () -> ()
+... }) : () -> ()''')
+>>> _ = PassManager("tensor", (SuccessiveReductions(),)).run(m)
+>>> [op.op_name.split(".")[1] for op in m.entry().body.ops]
+['reduce_min', 'reduce_sum', 'reduce_sum', 'return']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accy.choir.attributes import BoolAttr, DenseArrayAttr
+from accy.choir.ir import Operation
+from accy.choir.passes import Pass, PassContext
+from accy.dialects.semantic import ReduceOp
+from accy.preparation.passes.rewrite import Builder, blocks, replace_op
+
+KINDS = ("semantic.reduce_sum", "semantic.reduce_max", "semantic.reduce_min")
+READERS = KINDS + ("semantic.reduce_mean",)
+
+
+@dataclass(frozen=True)
+class SuccessiveReductions(Pass):
+    """Split a multi-axis reduction innermost axis first where a sibling reduces that axis."""
+
+    name = "successive-reductions"
+
+    enabled: bool = True
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        if not self.enabled:
+            return
+        for block in blocks(module):
+            for op in list(block.ops):
+                if isinstance(op, ReduceOp) and op.op_name in KINDS:
+                    self._rewrite(ctx, op)
+
+    def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
+        axes, keepdims = op.reduced()
+        if len(axes) < 2:
+            return
+        t = op.tensor_operand(0)
+        if op.op_name == "semantic.reduce_sum" and t.element.name in ("f16", "bf16"):
+            return
+        inner = max(axes)
+        x = op.operands[0]
+        if not any(isinstance(u, ReduceOp) and u is not op and u.op_name in READERS
+                   and u.reduced()[0] == (inner,) for u, _ in x.uses):
+            return
+        b = Builder(op)
+        keep = BoolAttr(keepdims)
+        first = b.op(op.op_name, [x], attributes={"axes": DenseArrayAttr((inner,)),
+                                                 "keepdims": keep})
+        rest = tuple(sorted(a for a in axes if a != inner))
+        replace_op(op, b.op(op.op_name, [first], attributes={"axes": DenseArrayAttr(rest),
+                                                            "keepdims": keep}))
+        ctx.stat("successive")
