@@ -14,11 +14,11 @@ import pytest
 from accy import pipeline
 from accy.choir.attributes import StringAttr
 from accy.sweep import Variant, load_sweep
+from accy.target.backend import runs_on
 from accy.tune import apply_tuning, tuned_options
 from accy.tune import timing as tune_timing
 from accy.tune.database import TuningDatabase, concrete_shapes, index_key
 from accy.tune.timing import result_error
-from accy.target.backend import runs_on
 from accy.tune.tuner import choose_timers, group_variants, tune
 
 GRAPHS = Path(__file__).resolve().parents[1] / "graphs"
