@@ -9,10 +9,12 @@ refreshed again, no failure in the faulted batch either.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,29 @@ import accy.distributed as ad
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def _killable_cluster():  # type: ignore[no-untyped-def]
+    """A two-worker real-process cluster whose workers the trials kill.
+
+    Closing it can raise a ``KeyError`` from Dask itself: the cluster's worker-status
+    watcher gets the removal of a worker that was killed and restarted before its
+    ``scheduler_info`` listed it (``distributed/deploy/spec.py``,
+    ``_update_worker_status``), about once in 30 runs here. Every trial's assertions
+    ran by then; that one error of Dask's teardown is not a failure of accy's."""
+    cluster = LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                           dashboard_address=":0", **ad.local_cluster_kwargs())
+    try:
+        with Client(cluster) as client:
+            yield cluster, client
+    finally:
+        try:
+            cluster.close()
+        except KeyError as e:
+            frames = traceback.extract_tb(e.__traceback__)
+            if not any("distributed/deploy" in f.filename for f in frames):
+                raise
 
 
 def _faults():  # type: ignore[no-untyped-def]
@@ -37,9 +62,7 @@ def _faults():  # type: ignore[no-untyped-def]
 def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path):
     faults = _faults()
     rng = random.Random(7)
-    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
-                      dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
-            Client(cluster) as client:
+    with _killable_cluster() as (cluster, client):
         for t, moment in enumerate(faults.MOMENTS):
             out = faults.run_trial(cluster, client, t, moment, rng,
                                    os.path.join(tmp_path, "store"), bound=90)
@@ -55,9 +78,7 @@ def test_two_clients_on_overlapping_sweeps_survive_a_worker_killed_mid_graph(tmp
     all ok with the keys of a fault-free refresh."""
     faults = _faults()
     rng = random.Random(11)
-    with LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
-                      dashboard_address=":0", **ad.local_cluster_kwargs()) as cluster, \
-            Client(cluster) as client, Client(cluster) as other:
+    with _killable_cluster() as (cluster, client), Client(cluster) as other:
         for t, moment in enumerate(("busy", "random")):
             out = faults.run_trial(cluster, client, 100 + t, moment, rng,
                                    os.path.join(tmp_path, "store"), bound=90, other=other)
