@@ -41,7 +41,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any
@@ -50,7 +49,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kernels import bench, cupy_view, rate, torch_program  # noqa: E402
+from kernels import (  # noqa: E402
+    bench,
+    cupy_view,
+    rate,
+    run_header,
+    save_json,
+    torch_program,
+)
 
 TOLERANCE = 1e-4
 SHAPES = ((512, 128, 64), (64, 1024, 64), (16, 4096, 64))
@@ -233,27 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     variants = parse_variants(args.variants, args.grid)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
 
-    import cupy
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    out: dict[str, Any] = {
-        "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "cupy": cupy.__version__,
-        "method": {"calls": args.calls, "repeats": args.repeats, "tf32": False,
-                   "statistic": "median of repeats; per repeat, CUDA-event time of the "
-                                "back-to-back calls / calls", "tolerance": TOLERANCE},
-        "variants": variants, "shapes": {}}
+    out: dict[str, Any] = dict(run_header(args, TOLERANCE), variants=variants, shapes={})
 
     def save() -> None:
-        if args.out:
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(out, f, indent=1)
-            os.replace(tmp, args.out)
+        save_json(args.out, out)
 
     for shape in shapes:
         key = "x".join(map(str, shape))

@@ -461,6 +461,34 @@ def summary_line(name: str, e: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+
+def run_header(args: Any, tolerance: Any) -> dict[str, Any]:
+    """TF32 off in torch, and the run's record: machine, date, versions, the method
+    (``args.calls`` back-to-back calls between two CUDA events, median of
+    ``args.repeats``)."""
+    import cupy
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "cupy": cupy.__version__,
+            "method": {"calls": args.calls, "repeats": args.repeats, "tf32": False,
+                       "statistic": "median of repeats; per repeat, CUDA-event time of "
+                                    "the back-to-back calls / calls",
+                       "tolerance": tolerance}}
+
+
+def save_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` whole or not at all (no-op without a path)."""
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated case names or name prefixes")
@@ -485,29 +513,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import cupy
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    out: dict[str, Any] = {
-        "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "cupy": cupy.__version__, "cuda_driver": cupy.cuda.runtime.driverGetVersion(),
-        "method": {"calls": args.calls, "repeats": args.repeats,
-                   "statistic": "median of repeats; per repeat, CUDA-event time of the "
-                                "back-to-back calls / calls", "tf32": False,
-                   "tolerance": TOLERANCE},
-        "device_copy": device_copy(args), "programs": {},
-    }
+    out: dict[str, Any] = dict(run_header(args, TOLERANCE),
+                               cuda_driver=cupy.cuda.runtime.driverGetVersion(),
+                               device_copy=device_copy(args), programs={})
     print(f"device copy {out['device_copy']['torch_copy']['gbs']:.0f} GB/s, "
           f"cudaMemcpyAsync {out['device_copy']['cuda_memcpy']['gbs']:.0f} GB/s",
           file=sys.stderr)
 
     def save() -> None:
-        if args.out:
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(out, f, indent=1)
-            os.replace(tmp, args.out)
+        save_json(args.out, out)
 
     for case in todo:
         try:

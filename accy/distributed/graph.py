@@ -213,33 +213,21 @@ def _version(stage_name: str) -> str:
 
 
 def stage_template(stage_name: str, options: RunOptions, shapes: Any = None) -> dict[str, Any]:
-    """:meth:`accy.pipeline.Stage.template`, with the version computed once per process;
-    equal templates are one (shared, not to be changed) dict, so a batch serializes
-    each once (:func:`resolution_request`)."""
-    s = table_stage(stage_name)
-    read = tuple(sorted((int(i), tuple(d)) for i, d in (shapes or {}).items())) \
-        if s.reads_shapes else None
-    return _template(stage_name, options, read)
+    """:meth:`accy.pipeline.Stage.template`, once per (stage, options, shapes it reads)
+    in a process: equal templates are one dict (shared: never changed)."""
+    return _template(stage_name, options, _shapes_read(stage_name, shapes))
 
 
-_TEXTS: collections.OrderedDict[int, tuple[dict[str, Any], str]] = collections.OrderedDict()
-_TEXTS_KEPT = 8192
+def stage_template_json(stage_name: str, options: RunOptions, shapes: Any = None) -> str:
+    """:func:`stage_template` as canonical JSON, serialized once as well: a batch names
+    each distinct template by this text (:func:`resolution_request`)."""
+    return _template_json(stage_name, options, _shapes_read(stage_name, shapes))
 
 
-def _template_text(t: dict[str, Any]) -> str:
-    """A template's JSON, by object: the memo holds the template, so its id is not
-    reused while the entry lives (least recently used entries go first)."""
-    import json
-
-    hit = _TEXTS.get(id(t))
-    if hit is not None and hit[0] is t:
-        _TEXTS.move_to_end(id(t))
-        return hit[1]
-    text = json.dumps(t, sort_keys=True, default=str)
-    _TEXTS[id(t)] = (t, text)
-    while len(_TEXTS) > _TEXTS_KEPT:
-        _TEXTS.popitem(last=False)
-    return text
+def _shapes_read(stage_name: str, shapes: Any) -> Any:
+    if not table_stage(stage_name).reads_shapes:
+        return None
+    return tuple(sorted((int(i), tuple(d)) for i, d in (shapes or {}).items()))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,6 +235,13 @@ def _template(stage_name: str, options: RunOptions, shapes: Any) -> dict[str, An
     s = table_stage(stage_name)
     return {"stage": s.name, "version": _version(s.name),
             "options": s.reads(options, dict(shapes) if shapes is not None else None)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _template_json(stage_name: str, options: RunOptions, shapes: Any) -> str:
+    import json
+
+    return json.dumps(_template(stage_name, options, shapes), sort_keys=True, default=str)
 
 
 def content_key(stage_name: str, input_fingerprint: str, options: RunOptions,
@@ -811,13 +806,14 @@ def resolution_request(module: SemanticModule, request: VariantRequest,
     stage's key template is sent once per batch and requests name it by index.
     """
 
-    tmpls: list[Any] = [request.template(s.name) for s in preparation()]
-    tmpls.append(request.template("compile"))
-    if templates is not None:
-        ids = []
-        for t in tmpls:  # equal templates are one object (stage_template): serialized once
-            ids.append(templates.setdefault(_template_text(t), len(templates)))
-        tmpls = ids
+    names = [s.name for s in preparation()] + ["compile"]
+    tmpls: list[Any]
+    if templates is None:
+        tmpls = [request.template(n) for n in names]
+    else:
+        options = request.run_options()
+        tmpls = [templates.setdefault(stage_template_json(n, options, request.shapes),
+                                      len(templates)) for n in names]
     return {"semantic": module.fingerprint(), "variant": request.variant,
             "program": request.program, "target": request.target,
             "stages": tmpls[:-1], "compile": tmpls[-1]}
@@ -1002,27 +998,23 @@ def _placed_layers(cpu: dict[Any, Any], gpu: dict[Any, Any],
     from dask.highlevelgraph import MaterializedLayer
 
     layers: dict[str, Any] = {}
-    turn = {False: 0, True: 0}
     for on_gpu, tasks in ((False, cpu), (True, gpu)):
         base = {"resources": {"GPU": 1}} if on_gpu else {}
-        where: dict[str, dict[Any, Any]] = {}
         targets = spread.get(on_gpu) or []
-        for key, task in tasks.items():
-            worker = ""
-            if targets and task.func is not chain_pick_task and task.dependencies:
-                worker = targets[turn[on_gpu] % len(targets)]
-                turn[on_gpu] += 1
-            where.setdefault(worker, {})[key] = task
-        home = {k: w for w, ts in where.items() for k in ts}
-        for key, task in tasks.items():  # a pick runs beside its group
-            if task.func is chain_pick_task:
+        placed: dict[Any, str] = {}  # task → the worker named for it ("": Dask's choice)
+        where: dict[str, dict[Any, Any]] = {}
+        turn = 0
+        for key, task in tasks.items():  # a group comes before its picks
+            if task.func is chain_pick_task:  # beside its group
                 (group,) = task.dependencies
-                if home[group]:
-                    where[""].pop(key)
-                    where.setdefault(home[group], {})[key] = task
+                worker = placed.get(group, "")
+            elif targets and task.dependencies:
+                worker, turn = targets[turn % len(targets)], turn + 1
+            else:
+                worker = ""
+            placed[key] = worker
+            where.setdefault(worker, {})[key] = task
         for worker, ts in where.items():
-            if not ts:
-                continue
             annotations = dict(base, **({"workers": [worker],
                                          "allow_other_workers": True} if worker else {}))
             name = f"accy-{'gpu' if on_gpu else 'stages'}" + (f"@{worker}" if worker else "")

@@ -293,13 +293,16 @@ class _Former:
                     out.append(base)
         return out
 
-    def siblings(self, op: Operation) -> list[Group]:
-        """Elementwise groups of ``op``'s shape that read an input ``op`` reads."""
-        shape = _shape(op.results[0])
+    def siblings(self, op: Operation, kind: str = "elementwise") -> list[Group]:
+        """Groups of ``kind`` that read an input ``op`` reads, over ``op``'s iteration
+        space: its result's shape for elementwise groups, the shape it reduces for row
+        groups (one multi-output region then reads the input once: a row sum and a row
+        min of ``x``)."""
+        shape = _shape(op.operands[0] if kind == "rows" else op.results[0])
         out: list[Group] = []
         for base in self.outside_inputs(op):
             for g in self.readers.get(base, []):
-                if g.kind == "elementwise" and g.shape == shape and g not in out:
+                if g.kind == kind and g.shape == shape and g not in out:
                     out.append(g)
         return out
 
@@ -354,23 +357,12 @@ class _Former:
                         self.ctx.stat("fused-prologues")
                         return
                     g.kind = "elementwise"
-            for g in self.row_siblings(op):
+            for g in self.siblings(op, "rows"):
                 if self.can_join(op, g):
                     self.add(op, g)
                     self.ctx.stat("fused-sibling-reductions")
                     return
         self.new_group("rows", row, op)
-
-    def row_siblings(self, op: Operation) -> list[Group]:
-        """Row groups over ``op``'s row shape that read an input ``op`` reduces: one
-        multi-output region reads the input once (a row sum and a row min of ``x``)."""
-        row = _shape(op.operands[0])
-        out: list[Group] = []
-        for base in self.outside_inputs(op):
-            for g in self.readers.get(base, []):
-                if g.kind == "rows" and g.shape == row and g not in out:
-                    out.append(g)
-        return out
 
     def materialize_results(self) -> None:
         ret = self.func.body.terminator

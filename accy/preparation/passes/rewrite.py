@@ -30,7 +30,7 @@ from accy.choir.attributes import (
     Type,
 )
 from accy.choir.ir import Block, Operation, OpResult, Value
-from accy.dialects.semantic import SemanticOp
+from accy.dialects.semantic import ReduceOp, SemanticOp
 
 
 class Builder:
@@ -82,6 +82,20 @@ def blocks(root: Operation) -> Iterator[Block]:
     for op in list(root.walk()):
         for region in op.regions:
             yield from region.blocks
+
+
+SPLITTABLE_REDUCTIONS = ("semantic.reduce_sum", "semantic.reduce_max", "semantic.reduce_min")
+"""The reductions whose partial results combine with the same reduction (a sum of
+partial sums): what the tensor stage may split or reorder."""
+
+
+def splittable_reductions(root: Operation) -> Iterator[ReduceOp]:
+    """Every :data:`SPLITTABLE_REDUCTIONS` op nested in ``root`` (a snapshot per block,
+    so a rewrite may replace the op it is given)."""
+    for block in blocks(root):
+        for op in list(block.ops):
+            if isinstance(op, ReduceOp) and op.op_name in SPLITTABLE_REDUCTIONS:
+                yield op
 
 
 def defining_op(v: Value) -> Operation | None:

@@ -44,9 +44,12 @@ from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
 from accy.choir.ir import Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import ReduceOp
-from accy.preparation.passes.rewrite import Builder, blocks, replace_op
+from accy.preparation.passes.rewrite import (
+    Builder,
+    replace_op,
+    splittable_reductions,
+)
 
-KINDS = ("semantic.reduce_sum", "semantic.reduce_max", "semantic.reduce_min")
 FEW_OUTPUTS = 1024
 LONG_ROW = 65536
 MAX_PARTIAL_ROWS = 4096
@@ -98,10 +101,8 @@ class SplitReductions(Pass):
     def apply(self, ctx: PassContext, module: Operation) -> None:
         if not self.enabled:
             return
-        for block in blocks(module):
-            for op in list(block.ops):
-                if isinstance(op, ReduceOp) and op.op_name in KINDS:
-                    self._rewrite(ctx, op)
+        for op in splittable_reductions(module):
+            self._rewrite(ctx, op)
 
     def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
         t = op.tensor_operand(0)

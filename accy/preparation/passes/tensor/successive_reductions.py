@@ -39,10 +39,14 @@ from accy.choir.attributes import BoolAttr, DenseArrayAttr
 from accy.choir.ir import Operation
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import ReduceOp
-from accy.preparation.passes.rewrite import Builder, blocks, replace_op
+from accy.preparation.passes.rewrite import (
+    SPLITTABLE_REDUCTIONS,
+    Builder,
+    replace_op,
+    splittable_reductions,
+)
 
-KINDS = ("semantic.reduce_sum", "semantic.reduce_max", "semantic.reduce_min")
-READERS = KINDS + ("semantic.reduce_mean",)
+READERS = SPLITTABLE_REDUCTIONS + ("semantic.reduce_mean",)
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,8 @@ class SuccessiveReductions(Pass):
     def apply(self, ctx: PassContext, module: Operation) -> None:
         if not self.enabled:
             return
-        for block in blocks(module):
-            for op in list(block.ops):
-                if isinstance(op, ReduceOp) and op.op_name in KINDS:
-                    self._rewrite(ctx, op)
+        for op in splittable_reductions(module):
+            self._rewrite(ctx, op)
 
     def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
         axes, keepdims = op.reduced()
