@@ -269,8 +269,9 @@ def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> Non
 
 
 def test_long_reductions_split_in_two_match_the_reference() -> None:
-    """graphs/reductions.mlir at 8192 × 4096: the column max and the sum of everything
-    are split (split-reductions); every output matches the reference."""
+    """graphs/reductions.mlir at 8192 × 4096: the column max is split
+    (split-reductions), the mean starts from the row sums (successive-reductions);
+    every output matches the reference."""
     from accy.preparation.products import SemanticModule
 
     text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
