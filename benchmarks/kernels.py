@@ -7,6 +7,9 @@ Implementations, side by side in one process on the same inputs:
 - **torch eager**: the same program interpreted op by op with torch ops;
 - **torch.compile**: that interpreter under ``torch.compile`` (default mode,
   ``dynamic=False``);
+- **torch.compile, reduce-overhead** (only where accy replays its fragment as a CUDA
+  graph: a fragment of several launches, from its second call): the same under
+  ``mode="reduce-overhead"``, torch's CUDA-graph mode, so the graphs are on both sides;
 - **cuBLAS** (matmuls only): ``torch.matmul``.
 
 TF32 is off everywhere. Timing: ``calls`` back-to-back calls between two CUDA
@@ -396,6 +399,7 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     entry["pass"] = entry["err"] <= entry["tolerance"]
     entry["accy"] = rate(bench(lambda: frag.launch_all(a_args, a_res), args.calls,
                                args.repeats), nbytes, nflops)
+    entry["accy_graph"] = any(r.graph is not None for r in frag._ready.values())
 
     # torch eager, torch.compile, cuBLAS
     entry["torch_eager"] = rate(bench(lambda: program(*inputs), args.calls, args.repeats),
@@ -414,13 +418,29 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                                                 args.repeats), nbytes, nflops)
         except Exception as e:  # recorded; accy's and eager's figures stand
             entry["torch_compile_error"] = f"{type(e).__name__}: {e}"[:2000]
+        if entry["accy_graph"]:
+            # accy replays this multi-launch fragment as one CUDA graph: the peer that
+            # does the same is torch.compile's "reduce-overhead" mode (CUDA graphs)
+            try:
+                torch._dynamo.reset()
+                graphed = torch.compile(program, dynamic=False, mode="reduce-overhead")
+                for _ in range(3):
+                    graphed(*inputs)
+                torch.cuda.synchronize()
+                entry["torch_compile_graphs_err"] = rel_err(
+                    [t.clone() for t in graphed(*inputs)], ref)
+                entry["torch_compile_graphs"] = rate(bench(lambda: graphed(*inputs),
+                                                           args.calls, args.repeats),
+                                                     nbytes, nflops)
+            except Exception as e:  # recorded; the other figures stand
+                entry["torch_compile_graphs_error"] = f"{type(e).__name__}: {e}"[:2000]
     if case["kind"] == "matmul":
         a, b = inputs
         entry["cublas"] = rate(bench(lambda: torch.matmul(a, b), args.calls, args.repeats),
                                nbytes, nflops)
     key = "tflops" if nflops else "gbs"
     mine = entry["accy"][key]
-    for other in ("torch_compile", "cublas", "torch_eager"):
+    for other in ("torch_compile", "torch_compile_graphs", "cublas", "torch_eager"):
         if entry.get(other):
             entry[f"accy_over_{other}"] = mine / entry[other][key]
     return entry
@@ -454,6 +474,8 @@ def summary_line(name: str, e: dict[str, Any]) -> str:
     parts.append(unit)
     if "accy_over_torch_compile" in e:
         parts.append(f"accy/compile {e['accy_over_torch_compile']:.2f}")
+    if "accy_over_torch_compile_graphs" in e:
+        parts.append(f"accy/compile(graphs) {e['accy_over_torch_compile_graphs']:.2f}")
     if "accy_over_cublas" in e:
         parts.append(f"accy/cuBLAS {e['accy_over_cublas']:.2f}")
     parts.append(f"err {e['err']:.1e} {'pass' if e['pass'] else 'FAIL'}")

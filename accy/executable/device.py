@@ -425,15 +425,68 @@ class CudaModule:
                     f"argument {i} of {name} is {type(a).__name__}; pass a cupy.ndarray, "
                     "a cupy.cuda.MemoryPointer or a NumPy scalar (np.int32, np.float32, ...)"
                 )
+        self.bound(name, grid, block, args, shared_mem)(stream)
+
+    def bound(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+              args: Sequence[Any], shared_mem: int = 0) -> BoundLaunch:
+        """Launch ``name`` with these arguments, made ready once (the function looked up,
+        its shared-memory limit raised): a call launches it on a stream (CuPy's current
+        if None). What :meth:`LoadedFragment.launch_all` replays call after call."""
         fn = self.get_function(name)
         if shared_mem > _STATIC_SHARED_LIMIT and self._dynamic.get(name, 0) < shared_mem:
             self._raise_shared_limit(name, fn, shared_mem)
+        return BoundLaunch(name, fn, tuple(grid), tuple(block), tuple(args), shared_mem)
+
+
+class BoundLaunch:
+    """One kernel launch with its arguments fixed: a call enqueues it on a stream."""
+
+    __slots__ = ("name", "fn", "grid", "block", "args", "shared_mem")
+
+    def __init__(self, name: str, fn: Any, grid: tuple[int, ...], block: tuple[int, ...],
+                 args: tuple[Any, ...], shared_mem: int) -> None:
+        self.name, self.fn, self.grid, self.block = name, fn, grid, block
+        self.args, self.shared_mem = args, shared_mem
+
+    def __call__(self, stream: Any = None) -> None:
+        import cupy
+
         if stream is None:
             stream = cupy.cuda.get_current_stream()
         try:
-            fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)
+            self.fn(self.grid, self.block, self.args, shared_mem=self.shared_mem,
+                    stream=stream)
         except Exception as e:
-            raise FragmentLoadError(f"launch of {name} failed: {e}") from None
+            raise FragmentLoadError(f"launch of {self.name} failed: {e}") from None
+
+
+def capture_graph(run: Any) -> Any:
+    """A CUDA graph of the device work ``run()`` enqueues on the current stream, captured
+    on a private stream in thread-local mode (so other threads of the process — a Dask
+    worker's — may go on using the device), uploaded and ready to launch. Replaying it
+    is one host call however many kernels it holds: what multi-launch fragments and the
+    tuner's timed repeats use (``triton.testing.do_bench_cudagraph`` times the same way).
+
+    Raises whatever ``run`` raises, or CuPy's error if the work cannot be captured (a
+    synchronous copy, an allocation); the stream is left out of capture either way.
+    """
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture(cupy.cuda.runtime.streamCaptureModeThreadLocal)
+        try:
+            run()
+        except BaseException:
+            try:
+                stream.end_capture()
+            except Exception:  # noqa: BLE001, S110 - the capture was invalid anyway
+                pass
+            raise
+        graph = stream.end_capture()
+    graph.upload(stream)
+    stream.synchronize()
+    return graph
 
 
 # ---------------------------------------------------------------- timing (accy tune)
@@ -485,6 +538,52 @@ def time_cuda(run: Any, number: int, repeats: int) -> list[float]:
         end.synchronize()
         out.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / number)
     return out
+
+
+class GraphTimer:
+    """``number`` calls of ``run()`` captured as one CUDA graph (:func:`capture_graph`),
+    timed per repeat between two CUDA events: the host enqueues a repeat in one call,
+    so a busy or descheduled host thread cannot leave the device idle inside it, and a
+    launch-bound program is timed by what the device does. ``run`` must be capturable
+    (no allocation, no synchronous copy). A call gives seconds per ``run()``, one figure
+    per repeat; the graph's first launch (at construction) is not timed.
+
+    Example
+    -------
+    >>> GraphTimer(lambda: None, 10)(3)  # doctest: +SKIP
+    [0.0, 0.0, 0.0]
+    """
+
+    def __init__(self, run: Any, number: int) -> None:
+        import cupy
+
+        def calls() -> None:
+            for _ in range(number):
+                run()
+
+        self.number = number
+        self.graph = capture_graph(calls)
+        self.graph.launch(cupy.cuda.get_current_stream())
+        cupy.cuda.get_current_stream().synchronize()
+
+    def __call__(self, repeats: int) -> list[float]:
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        out = []
+        for _ in range(repeats):
+            start.record(stream)
+            self.graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            out.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / self.number)
+        return out
+
+
+def time_cuda_graph(run: Any, number: int, repeats: int) -> list[float]:
+    """As :func:`time_cuda`, the ``number`` calls a CUDA graph (:class:`GraphTimer`)."""
+    return GraphTimer(run, number)(repeats)
 
 
 def cuda_synchronize() -> None:

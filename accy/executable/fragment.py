@@ -13,6 +13,7 @@ the inputs were CuPy arrays, NumPy otherwise.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,61 @@ _STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "f64": np.f
             "ui64": np.uint64}
 _REGISTRY: dict[str, LoadedFragment] = {}
 _LOCK = threading.Lock()
+
+
+READY_SETS = 8
+"""Address sets a CUDA fragment keeps its launches ready for (:meth:`LoadedFragment.launch_all`)."""
+GRAPHS = os.environ.get("ACCY_CUDA_GRAPHS", "1") != "0"
+"""Whether a CUDA fragment of several launches replays them as one CUDA graph."""
+
+
+class _Ready:
+    """A fragment's launches ready on one set of addresses; a graph of them from the
+    second run on (a one-off call, as ``LoadedFragment.__call__`` makes, never pays for a
+    capture)."""
+
+    __slots__ = ("launches", "runs", "graph")
+
+    def __init__(self, launches: list[Any]) -> None:
+        self.launches = launches
+        self.runs = 0
+        self.graph: Any = None
+
+    def run(self) -> None:
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        if _capturing(stream):  # inside another capture (a timer's): the kernels
+            for launch in self.launches:
+                launch(stream)
+            return
+        if self.graph is not None:
+            self.graph.launch(stream)
+            return
+        self.runs += 1
+        if self.runs == 2 and GRAPHS and len(self.launches) > 1:
+            from accy.executable.device import capture_graph
+
+            try:
+                self.graph = capture_graph(self._enqueue)
+            except Exception:  # noqa: BLE001 - not capturable here: launch one by one
+                self.graph = None
+            if self.graph is not None:
+                self.graph.launch(stream)
+                return
+        for launch in self.launches:
+            launch(stream)
+
+    def _enqueue(self) -> None:
+        for launch in self.launches:
+            launch()
+
+
+def _capturing(stream: Any) -> bool:
+    try:
+        return bool(stream.is_capturing())
+    except Exception:  # noqa: BLE001 - a query the driver refuses: treat as not capturing
+        return False
 
 
 def _from_bf16(a: Any) -> Any:
@@ -53,6 +109,8 @@ class LoadedFragment:
         self._lock = threading.Lock()
         self._arena: Any = None
         self._tensor_maps: dict[tuple[int, ...], Any] = {}
+        self._ready: dict[tuple[int, ...], _Ready] = {}
+        self._ready_lock = threading.Lock()
         self._buffer_elements = {b.id: b.dtype for b in self.plan.buffers}
         self.backend = backend_of(self.plan.target)
         """The target's backend: a host library (ctypes) or a CUDA module (CuPy)."""
@@ -185,15 +243,31 @@ class LoadedFragment:
 
     def launch_all(self, args: Sequence[Any], results: Sequence[Any]) -> None:
         """Run the launch table on arrays already prepared (:meth:`prepare`): CuPy
-        arrays on CUDA (asynchronous, on the current stream), NumPy on the host."""
+        arrays on CUDA (asynchronous, on the current stream), NumPy on the host.
+
+        On CUDA the launches are made ready once per set of device addresses (the
+        kernels looked up, the arguments packed: :class:`BoundLaunch`), and a table of
+        several launches is replayed as one CUDA graph from the second call on the same
+        arrays (``ACCY_CUDA_GRAPHS=0`` turns graphs off): a call is then one host call,
+        not one per kernel. The last :data:`READY_SETS` address sets are kept; they hold
+        addresses, not the arrays, so a set stays right for arrays reallocated in place.
+        """
         if not self.backend.needs_gpu:
             views, _ = self._views(np, args, self._host_arena(), results)
             self._launch_host(views)
             return
-        import cupy
+        key = tuple(a.data.ptr for a in args) + (-1,) + tuple(r.data.ptr for r in results)
+        ready = self._ready.get(key)
+        if ready is None:
+            import cupy
 
-        views, _ = self._views(cupy, args, self._device_arena(), results)
-        self._launch_cuda(views)
+            views, _ = self._views(cupy, args, self._device_arena(), results)
+            ready = _Ready(self._bind(views, by_address=True))
+            with self._ready_lock:
+                if len(self._ready) >= READY_SETS:
+                    self._ready.pop(next(iter(self._ready)))
+                self._ready[key] = ready
+        ready.run()
 
     def _device_arena(self) -> Any:
         import cupy
@@ -202,13 +276,23 @@ class LoadedFragment:
             self._arena = cupy.empty(max(self.plan.arena_bytes, 1), dtype=cupy.uint8)
         return self._arena
 
-    def _launch_cuda(self, views: dict[int, Any]) -> None:
+    def _bind(self, views: dict[int, Any], by_address: bool = False) -> list[Any]:
+        """The launch table made ready on these buffers (device addresses only when
+        ``by_address``: nothing then keeps the arrays alive)."""
+        out = []
         for launch in self.plan.launches:
             args = [views[i] for i in launch.buffers]
-            for t in launch.tensor_maps:
-                args.append(self._tensor_map(launch.buffers[t[0]], args[t[0]], t))
-            self._module.launch(launch.kernel, launch.grid, launch.block, args,
-                                shared_mem=launch.dynamic_shared)
+            maps = [self._tensor_map(launch.buffers[t[0]], args[t[0]], t)
+                    for t in launch.tensor_maps]
+            if by_address:
+                args = [np.uint64(a.data.ptr) for a in args]
+            out.append(self._module.bound(launch.kernel, launch.grid, launch.block,
+                                          args + maps, shared_mem=launch.dynamic_shared))
+        return out
+
+    def _launch_cuda(self, views: dict[int, Any]) -> None:
+        for launch in self._bind(views):
+            launch()
 
     def _tensor_map(self, buffer: int, view: Any, spec: tuple[int, ...]) -> Any:
         """The TMA tensor map of ``view`` (buffer ``buffer``) that ``spec`` asks for, made

@@ -18,6 +18,13 @@ resources say. Within the task:
    calls between two CUDA events (GPU) or two reads of the monotonic clock
    (host). ``number`` is calibrated once per variant so a repeat lasts about
    :data:`REPEAT_S` (at most :data:`MAX_NUMBER`). The figure is seconds per call.
+   On a GPU the ``number`` calls are captured as one CUDA graph and a repeat is one
+   graph launch (``timed_as: "graph"``; ``"launches"`` where they cannot be
+   captured): the host enqueues a repeat at once, so a host thread descheduled by
+   the compiles and reference runs beside it cannot leave the GPU idle inside a
+   repeat. Then the :func:`finalists` (the fastest and those within
+   :data:`FINAL_WINDOW` of it, at most :data:`FINALISTS`) are timed ``reps`` more
+   times in interleaved rounds, and their figures are over all their repeats.
 3. **Checking.** The reference interpreter runs once on the inputs; the
    variants are checked against it in order of their median time until one
    is correct (the winner), then ``check`` more chosen at random with a fixed
@@ -58,6 +65,11 @@ REPEAT_S = 0.02
 """About how long one timed repeat lasts (``number`` calls)."""
 MAX_NUMBER = {"cuda": 50, "host": 1000}
 """At most this many back-to-back calls per repeat (50 on a GPU, as DESIGN.md times)."""
+FINALISTS = 3
+"""The fastest variants of a group timed again, in interleaved rounds, before the winner
+is chosen (:func:`finalists`)."""
+FINAL_WINDOW = 0.05
+"""A variant is a finalist while its median is within this fraction of the fastest."""
 TOLERANCE = {"f32": 1e-4, "f16": 4e-3, "bf16": 3e-2, "f64": 1e-10}
 """Largest accepted ``max |got - ref| / max |ref|`` per result element type (integers
 and booleans must be equal); as ``benchmarks/kernels.py`` accepts a kernel."""
@@ -196,10 +208,13 @@ def _compiled(item: Any) -> Any:
     return CompiledFragment.from_wire(data)
 
 
-def _measure(run: Callable[[], None], device: str, reps: int) -> tuple[list[float], int]:
-    """Seconds per call over ``reps`` repeats, and the calls per repeat."""
+def _measure(run: Callable[[], None], device: str, reps: int) \
+        -> tuple[list[float], int, Any]:
+    """Seconds per call over ``reps`` repeats, the calls per repeat, and on a GPU the
+    timer (a :class:`~accy.executable.device.GraphTimer`, or None where the calls
+    cannot be captured: they are then timed as launches, ``time_cuda``)."""
     if device == "cuda":
-        from accy.executable.device import cuda_synchronize, time_cuda
+        from accy.executable.device import GraphTimer, cuda_synchronize, time_cuda
 
         for _ in range(WARMUP):
             run()
@@ -209,20 +224,46 @@ def _measure(run: Callable[[], None], device: str, reps: int) -> tuple[list[floa
         if more > 0:
             time_cuda(run, min(more, 100_000), 1)
         number = max(1, min(MAX_NUMBER["cuda"], math.ceil(REPEAT_S / max(one, 1e-9))))
-        return time_cuda(run, number, reps), number
+        try:
+            timer = GraphTimer(run, number)
+        except Exception:  # noqa: BLE001 - not capturable: time the launches
+            return time_cuda(run, number, reps), number, None
+        return timer(reps), number, timer
     for _ in range(WARMUP):
         run()
     t0 = time.perf_counter_ns()
     run()
     one = (time.perf_counter_ns() - t0) / 1e9
     number = max(1, min(MAX_NUMBER["host"], math.ceil(REPEAT_S / max(one, 1e-9))))
+    return _host_repeats(run, number, reps), number, None
+
+
+def _host_repeats(run: Callable[[], None], number: int, reps: int) -> list[float]:
     out = []
     for _ in range(reps):
         t0 = time.perf_counter_ns()
         for _ in range(number):
             run()
         out.append((time.perf_counter_ns() - t0) / 1e9 / number)
-    return out, number
+    return out
+
+
+def finalists(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The timed rows that go to the final rounds: the fastest, and the next ones
+    within :data:`FINAL_WINDOW` of it, at most :data:`FINALISTS` in all.
+
+    Example
+    -------
+    >>> rows = [{"id": i, "status": "ok", "median_s": t} for i, t in
+    ...         enumerate([1.0, 1.03, 1.2, 1.01, 1.04])]
+    >>> [r["id"] for r in finalists(rows)]
+    [0, 3, 1]
+    """
+    timed = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["median_s"])
+    if not timed:
+        return []
+    best = timed[0]["median_s"]
+    return [r for r in timed if r["median_s"] <= best * (1 + FINAL_WINDOW)][:FINALISTS]
 
 
 def _lock_name(device: dict[str, Any], worker: str) -> str:
@@ -268,6 +309,7 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
                 for t in module.entry().function_type.results]
     rows: list[dict[str, Any]] = []
     loaded_by_id: dict[str, Any] = {}
+    args_by_id: dict[str, list[Any]] = {}
     # the group's arguments in storage form, made once per signature: converting them
     # (bf16 bits on the host, then a copy to the device) for every variant took most of
     # a matmul group's time under the lock (0.24 s a 4096² bf16 operand)
@@ -283,14 +325,21 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
                 if signature not in prepared:
                     prepared[signature] = loaded.prepare(inputs)[0]
                 args, results = prepared[signature], loaded.allocate_results()
-                times, number = _measure(functools.partial(loaded.launch_all, args, results),
-                                         kind, int(spec["reps"]))
+                times, number, timer = _measure(
+                    functools.partial(loaded.launch_all, args, results), kind,
+                    int(spec["reps"]))
+                timed_as = ("clock" if kind != "cuda" else
+                            "graph" if timer is not None else "launches")
+                del timer, results  # the finalists get new ones: memory for one at a time
             except Exception as e:  # noqa: BLE001 - one variant's failure is reported
                 row.update(status="failed", failure={"stage": "time", "message":
                                                      f"{type(e).__name__}: {e}"})
                 continue
             loaded_by_id[vid] = loaded
-            row.update(status="ok", times_s=times, number=number, **spread(times))
+            args_by_id[vid] = prepared[signature]
+            row.update(status="ok", times_s=times, number=number, timed_as=timed_as,
+                       **spread(times))
+        _final_rounds(rows, loaded_by_id, args_by_id, kind, int(spec["reps"]))
         # the fastest variants are checked until one is right, then a sample of the rest
         timed = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["median_s"])
         winner = None
@@ -308,6 +357,39 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
         elapsed = time.time() - started
     return {"worker": worker, "device": device, "variants": rows, "winner": winner,
             "elapsed_s": elapsed}
+
+
+def _final_rounds(rows: list[dict[str, Any]], loaded_by_id: dict[str, Any],
+                  args_by_id: dict[str, list[Any]], kind: str, reps: int) -> None:
+    """Time the :func:`finalists` again in ``reps`` interleaved rounds (one repeat of each
+    a round, so a slow stretch of the device or the host falls on all of them alike) and
+    give each its figures over its first and final repeats (``final_times_s`` beside
+    ``times_s``); the winner is chosen on those."""
+    chosen = finalists(rows)
+    if len(chosen) == 0:
+        return
+    timers: list[tuple[dict[str, Any], Callable[[], list[float]]]] = []
+    for r in chosen:
+        loaded, number = loaded_by_id[r["id"]], int(r["number"])
+        run = functools.partial(loaded.launch_all, args_by_id[r["id"]],
+                                loaded.allocate_results())
+        if r.get("timed_as") == "graph":
+            from accy.executable.device import GraphTimer
+
+            timers.append((r, functools.partial(GraphTimer(run, number), 1)))
+        elif kind == "cuda":
+            from accy.executable.device import time_cuda
+
+            timers.append((r, functools.partial(time_cuda, run, number, 1)))
+        else:
+            timers.append((r, functools.partial(_host_repeats, run, number, 1)))
+    finals: dict[str, list[float]] = {r["id"]: [] for r, _ in timers}
+    for _ in range(reps):
+        for r, timed in timers:
+            finals[r["id"]] += timed()
+    for r, _ in timers:
+        r["final_times_s"] = finals[r["id"]]
+        r.update(spread(list(r["times_s"]) + finals[r["id"]]))
 
 
 def _check(row: dict[str, Any], loaded: Any, inputs: list[np.ndarray],
