@@ -83,20 +83,11 @@ def test_the_winner_is_the_minimum_of_the_measured_medians(tuned: dict[str, Any]
     for v in rows:
         assert len(v["times_s"]) == 3 and v["number"] >= 1 and v["timed_as"] == "clock"
         assert v["min_s"] <= v["median_s"] <= v["max_s"]
-        # a finalist's figures are over its first and its final repeats
-        every = sorted(v["times_s"] + v.get("final_times_s", []))
-        assert v["median_s"] == statistics.median(every)
-        assert (v["min_s"], v["max_s"]) == (every[0], every[-1])
-        assert len(v.get("final_times_s", [])) in (0, 3)
+        assert v["median_s"] == statistics.median(v["times_s"])
+        assert (v["min_s"], v["max_s"]) == (min(v["times_s"]), max(v["times_s"]))
         assert v["check"] == "ok" and v["max_error"] <= 1e-4  # check=-1: every one checked
     best = min(rows, key=lambda v: v["median_s"])
     assert group["winner"] == best["id"]
-    # the fastest of the first repeats went to the final rounds, with those within 5 %
-    first_best = min(statistics.median(v["times_s"]) for v in rows)
-    finalists = {v["id"] for v in rows if "final_times_s" in v}
-    assert finalists and best["id"] in finalists and len(finalists) <= 3
-    assert all(statistics.median(v["times_s"]) <= first_best * 1.05 for v in rows
-               if v["id"] in finalists)
     assert group["winner_median_s"] == best["median_s"]
     [default] = [v for v in group["variants"] if v["default"]]
     assert group["default"] == default["id"] and not group["default_added"]
@@ -250,7 +241,7 @@ def test_a_wrong_variant_is_reported_and_never_chosen(tmp_path: Path,
     measure = tune_timing._host_repeats
 
     def measuring(fn, number, reps):  # type: ignore[no-untyped-def]
-        times = measure(fn, number, reps)  # first and final repeats alike
+        times = measure(fn, number, reps)
         if fn.func.__self__.key in corrupt_keys:  # the wrong variant is the fastest by far
             return [t / 1000 for t in times]
         return times
@@ -313,10 +304,7 @@ def test_a_groups_arguments_are_prepared_once(tmp_path: Path,
     [group] = result.groups
     timed = [v for v in group["variants"] if "median_s" in v]
     assert len(timed) > 1 and calls["prepare"] == 1
-    finalists = [v for v in timed if "final_times_s" in v]
-    assert finalists
-    # one per variant, one in that prepare, one per finalist for its final rounds
-    assert calls["results"] == len(timed) + 1 + len(finalists)
+    assert calls["results"] == len(timed) + 1  # one per variant, one in that prepare
 
 
 def test_a_variant_that_fails_to_compile_is_reported_and_not_chosen(tmp_path: Path) -> None:
@@ -479,9 +467,7 @@ def test_gpu_tunes_a_matmul_and_a_softmax_over_tiles_and_blocks(tmp_path: Path) 
         assert g["winner"] == min(rows, key=lambda v: v["median_s"])["id"]
         assert [v["check"] for v in rows if v["id"] == g["winner"]] == ["ok"]
         assert all(v["number"] >= 1 and v["min_s"] > 0 for v in rows)
-        # each repeat one CUDA graph launch; the finalists timed again in rounds
-        assert {v["timed_as"] for v in rows} == {"graph"}
-        assert any(len(v.get("final_times_s", [])) == 5 for v in rows if v["id"] == g["winner"])
+        assert {v["timed_as"] for v in rows} == {"graph"}  # each repeat one graph launch
     target = result.groups[0]["target"]
     choice = tuned_options(SemanticModule.from_file(str(matmul)), target, {0: (2048, 1024)},
                            store)

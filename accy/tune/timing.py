@@ -22,9 +22,10 @@ resources say. Within the task:
    graph launch (``timed_as: "graph"``; ``"launches"`` where they cannot be
    captured): the host enqueues a repeat at once, so a host thread descheduled by
    the compiles and reference runs beside it cannot leave the GPU idle inside a
-   repeat. Then the :func:`finalists` (the fastest and those within
-   :data:`FINAL_WINDOW` of it, at most :data:`FINALISTS`) are timed ``reps`` more
-   times in interleaved rounds, and their figures are over all their repeats.
+   repeat, and the device runs a repeat without gaps, as it runs in a model. (The
+   H200 caps its power near 700 W: a long bf16 matmul drops its clock from 1980 to
+   1575–1860 MHz, so a figure depends on how long the device has been loaded;
+   gapless repeats after the same warm-up load it alike every time.)
 3. **Checking.** The reference interpreter runs once on the inputs; the
    variants are checked against it in order of their median time until one
    is correct (the winner), then ``check`` more chosen at random with a fixed
@@ -65,11 +66,6 @@ REPEAT_S = 0.02
 """About how long one timed repeat lasts (``number`` calls)."""
 MAX_NUMBER = {"cuda": 50, "host": 1000}
 """At most this many back-to-back calls per repeat (50 on a GPU, as DESIGN.md times)."""
-FINALISTS = 3
-"""The fastest variants of a group timed again, in interleaved rounds, before the winner
-is chosen (:func:`finalists`)."""
-FINAL_WINDOW = 0.05
-"""A variant is a finalist while its median is within this fraction of the fastest."""
 TOLERANCE = {"f32": 1e-4, "f16": 4e-3, "bf16": 3e-2, "f64": 1e-10}
 """Largest accepted ``max |got - ref| / max |ref|`` per result element type (integers
 and booleans must be equal); as ``benchmarks/kernels.py`` accepts a kernel."""
@@ -248,24 +244,6 @@ def _host_repeats(run: Callable[[], None], number: int, reps: int) -> list[float
     return out
 
 
-def finalists(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The timed rows that go to the final rounds: the fastest, and the next ones
-    within :data:`FINAL_WINDOW` of it, at most :data:`FINALISTS` in all.
-
-    Example
-    -------
-    >>> rows = [{"id": i, "status": "ok", "median_s": t} for i, t in
-    ...         enumerate([1.0, 1.03, 1.2, 1.01, 1.04])]
-    >>> [r["id"] for r in finalists(rows)]
-    [0, 3, 1]
-    """
-    timed = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["median_s"])
-    if not timed:
-        return []
-    best = timed[0]["median_s"]
-    return [r for r in timed if r["median_s"] <= best * (1 + FINAL_WINDOW)][:FINALISTS]
-
-
 def _lock_name(device: dict[str, Any], worker: str) -> str:
     gpu = device.get("gpu")
     if device.get("kind") == "cuda" and gpu:
@@ -309,7 +287,6 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
                 for t in module.entry().function_type.results]
     rows: list[dict[str, Any]] = []
     loaded_by_id: dict[str, Any] = {}
-    args_by_id: dict[str, list[Any]] = {}
     # the group's arguments in storage form, made once per signature: converting them
     # (bf16 bits on the host, then a copy to the device) for every variant took most of
     # a matmul group's time under the lock (0.24 s a 4096² bf16 operand)
@@ -330,16 +307,14 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
                     int(spec["reps"]))
                 timed_as = ("clock" if kind != "cuda" else
                             "graph" if timer is not None else "launches")
-                del timer, results  # the finalists get new ones: memory for one at a time
+                del timer, results  # one variant's buffers and graph at a time
             except Exception as e:  # noqa: BLE001 - one variant's failure is reported
                 row.update(status="failed", failure={"stage": "time", "message":
                                                      f"{type(e).__name__}: {e}"})
                 continue
             loaded_by_id[vid] = loaded
-            args_by_id[vid] = prepared[signature]
             row.update(status="ok", times_s=times, number=number, timed_as=timed_as,
                        **spread(times))
-        _final_rounds(rows, loaded_by_id, args_by_id, kind, int(spec["reps"]))
         # the fastest variants are checked until one is right, then a sample of the rest
         timed = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["median_s"])
         winner = None
@@ -357,39 +332,6 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
         elapsed = time.time() - started
     return {"worker": worker, "device": device, "variants": rows, "winner": winner,
             "elapsed_s": elapsed}
-
-
-def _final_rounds(rows: list[dict[str, Any]], loaded_by_id: dict[str, Any],
-                  args_by_id: dict[str, list[Any]], kind: str, reps: int) -> None:
-    """Time the :func:`finalists` again in ``reps`` interleaved rounds (one repeat of each
-    a round, so a slow stretch of the device or the host falls on all of them alike) and
-    give each its figures over its first and final repeats (``final_times_s`` beside
-    ``times_s``); the winner is chosen on those."""
-    chosen = finalists(rows)
-    if len(chosen) == 0:
-        return
-    timers: list[tuple[dict[str, Any], Callable[[], list[float]]]] = []
-    for r in chosen:
-        loaded, number = loaded_by_id[r["id"]], int(r["number"])
-        run = functools.partial(loaded.launch_all, args_by_id[r["id"]],
-                                loaded.allocate_results())
-        if r.get("timed_as") == "graph":
-            from accy.executable.device import GraphTimer
-
-            timers.append((r, functools.partial(GraphTimer(run, number), 1)))
-        elif kind == "cuda":
-            from accy.executable.device import time_cuda
-
-            timers.append((r, functools.partial(time_cuda, run, number, 1)))
-        else:
-            timers.append((r, functools.partial(_host_repeats, run, number, 1)))
-    finals: dict[str, list[float]] = {r["id"]: [] for r, _ in timers}
-    for _ in range(reps):
-        for r, timed in timers:
-            finals[r["id"]] += timed()
-    for r, _ in timers:
-        r["final_times_s"] = finals[r["id"]]
-        r.update(spread(list(r["times_s"]) + finals[r["id"]]))
 
 
 def _check(row: dict[str, Any], loaded: Any, inputs: list[np.ndarray],
