@@ -307,6 +307,40 @@ def test_a_groups_arguments_are_prepared_once(tmp_path: Path,
     assert calls["results"] == len(timed) + 1  # one per variant, one in that prepare
 
 
+def test_a_group_is_timed_as_soon_as_its_variants_are_compiled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a kind is timed while compiling (CUDA; here the host, by monkeypatch), a
+    group's timing task is submitted when its last variant compiles, before the rest
+    of the sweep has; host groups otherwise wait for the whole batch."""
+    from accy.tune import tuner
+
+    events: list[tuple[str, str]] = []
+    submit = tuner._Run.submit
+
+    def logging_submit(self, pending, outcomes, seed, check):  # type: ignore[no-untyped-def]
+        events.extend(("time", g.id) for g, _ in pending)
+        return submit(self, pending, outcomes, seed, check)
+
+    monkeypatch.setattr(tuner._Run, "submit", logging_submit)
+    variants = [Variant(SOFTMAX, "host", {0: (8, n)}, {"kernel.vector_width": w})
+                for n in (128, 256, 512) for w in (2, 4)]
+    for pipelined in (True, False):
+        events.clear()
+        monkeypatch.setattr(tuner, "TIMED_WHILE_COMPILING",
+                            frozenset({"host"}) if pipelined else frozenset())
+        with cluster() as client:
+            result = tune(client, variants, store_url=str(tmp_path / f"s{pipelined}"),
+                          reps=2, on_compiled=lambda o: events.append(("compiled", o.id)))
+        assert not result.failed and len(result.groups) == 3
+        compiled = [i for i, (what, _) in enumerate(events) if what == "compiled"]
+        timings = [i for i, (what, _) in enumerate(events) if what == "time"]
+        assert len(compiled) == len(variants) and len(timings) == 3
+        if pipelined:
+            assert timings[0] < compiled[-1]  # one group timed before the batch ended
+        else:
+            assert timings[0] > compiled[-1]
+
+
 def test_a_variant_that_fails_to_compile_is_reported_and_not_chosen(tmp_path: Path) -> None:
     """rmsnorm's argument is ?x4096: a 4x512 binding fails its contract stage."""
     bad = Variant(RMSNORM, "host", {0: (4, 512)}, {"kernel.vector_width": 2})

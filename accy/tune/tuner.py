@@ -18,7 +18,9 @@
 5. **Time and check** each group in one task on its device's worker
    (:func:`accy.tune.timing.time_group_task`), restricted to the worker and to
    its ``GPU_TIMER``/``CPU_TIMER`` resource when it declares one, and under the
-   device's lock either way: one timing at a time per device.
+   device's lock either way: one timing at a time per device. A CUDA group's task
+   starts as soon as its variants are compiled (overlapping the rest of step 4);
+   host groups wait for every compile.
 6. **Record** each group's measurement and winner in the database.
 
 Example
@@ -240,15 +242,52 @@ def tune(client: Any, variants: Sequence[Variant], *, store_url: str | None = No
     groups = group_variants(variants)
     run = _Run.start(client, groups, store_url, reps)
     pending = run.plan(groups, retune)
-    # compile every variant still to be measured, as accy batch does
+    # compile every variant still to be measured, as accy batch does; a CUDA group's
+    # timing task is submitted as soon as its last variant is compiled, so the GPU times
+    # the first groups while the cluster still compiles the others (a repeat is one CUDA
+    # graph launch: the compiles' load on the host does not reach it). Host groups are
+    # timed after every compile, on quiet cores.
     todo = [v for g, _ in pending for v in g.variants]
-    batch = run_batch(client, todo, store_url=store_url, on_done=on_compiled) if todo else None
-    outcomes = {o.id: o for o in (batch.outcomes if batch else [])}
-    futures, holds = run.submit(pending, outcomes, seed, check)
+    outcomes: dict[str, Any] = {}
+    futures: dict[Any, tuple[Group, dict[str, Any]]] = {}
+    holds: list[Any] = []
+    waiting = {g.id: {v.id for v in g.variants} for g, _ in pending}
+    groups_of: dict[str, list[tuple[Group, dict[str, Any]]]] = {}
+    for g, row in pending:
+        for v in g.variants:
+            groups_of.setdefault(v.id, []).append((g, row))
+
+    def time_ready(ready: list[tuple[Group, dict[str, Any]]]) -> None:
+        submitted, held = run.submit(ready, outcomes, seed, check)
+        futures.update(submitted)
+        holds.extend(held)
+
+    def compiled(o: Any) -> None:
+        outcomes[o.id] = o
+        if on_compiled:
+            on_compiled(o)
+        for g, row in groups_of.get(o.id, []):
+            left = waiting.get(g.id) if g.kind in TIMED_WHILE_COMPILING else None
+            if left is not None:
+                left.discard(o.id)
+                if not left:
+                    del waiting[g.id]
+                    time_ready([(g, row)])
+
+    batch = run_batch(client, todo, store_url=store_url, on_done=compiled) if todo else None
+    for o in batch.outcomes if batch else []:
+        outcomes.setdefault(o.id, o)
+    time_ready([(g, row) for g, row in pending if g.id in waiting])  # none reported yet
     run.collect(futures, on_group)
-    del holds
+    holds.clear()  # the compiled fragments may go
     run.record_winners(groups, on_group)
     return TuneResult([run.rows[g.id] for g in groups], batch, time.perf_counter() - t0)
+
+
+TIMED_WHILE_COMPILING = frozenset({"cuda"})
+"""Target kinds whose groups are timed as soon as they are compiled, while the rest of
+the sweep compiles: CUDA, timed by graph replay on the GPU. Host groups time on the CPU
+cores the compiles use, so they wait for every compile."""
 
 
 @dataclass
