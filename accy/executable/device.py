@@ -23,6 +23,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -353,6 +354,28 @@ _STATIC_SHARED_LIMIT = 48 * 1024
 """Shared memory a launch may pass without the kernel opting in."""
 _MAX_DYNAMIC_SHARED_ATTRIBUTE = 8
 """``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``."""
+
+
+_MODULES: dict[tuple[int, bytes], CudaModule] = {}
+_MODULES_LOCK = threading.Lock()
+
+
+def cuda_module(cubin: bytes) -> CudaModule:
+    """This process's :class:`CudaModule` of ``cubin`` on the current device: loaded once
+    however many fragments share the binary (the fragments of one grouped compile share
+    one cubin holding all their kernels; loading it again for each cost a module load of
+    the whole group per fragment). Kept for the life of the process, as the fragments
+    that use it are (:func:`accy.executable.fragment.load_fragment`)."""
+    import hashlib
+
+    import cupy
+
+    key = (cupy.cuda.runtime.getDevice(), hashlib.sha256(cubin).digest())
+    with _MODULES_LOCK:
+        hit = _MODULES.get(key)
+        if hit is None:
+            hit = _MODULES[key] = CudaModule(cubin)
+        return hit
 
 
 class CudaModule:

@@ -122,11 +122,11 @@ class LoadedFragment:
             self._lib: Any = HostLibrary(path)
             self.device = self.backend.kind
         else:
-            from accy.executable.device import CudaModule, gpu_available
+            from accy.executable.device import cuda_module, gpu_available
 
             if not gpu_available():
                 raise FragmentLoadError("no GPU: a CUDA fragment cannot be loaded here")
-            self._module: Any = CudaModule(compiled.binary)
+            self._module: Any = cuda_module(compiled.binary)
             self.device = self.backend.kind
 
     # ------------------------------------------------------------------ calls

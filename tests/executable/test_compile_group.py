@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 from stage_programs import graph  # noqa: E402
 
@@ -13,7 +15,7 @@ from accy.executable.compile import (  # noqa: E402
     compile_fragments,
     compile_key,
 )
-from accy.executable.device import compile_cuda  # noqa: E402
+from accy.executable.device import compile_cuda, local_arch  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
 
@@ -77,3 +79,22 @@ def test_warpgroup_fragments_share_a_program_too() -> None:
     got = compile_fragments(jobs, [compile_key(j) for j in jobs])
     assert len({c.binary for c in got}) == 1  # type: ignore[union-attr]
     assert [len(c.plan.launches[0].tensor_maps) for c in got] == [2, 2, 0]  # type: ignore[union-attr]
+
+
+@pytest.mark.gpu
+def test_fragments_of_one_group_load_one_module_and_run_their_own_kernels() -> None:
+    import numpy as np
+
+    from accy.executable.fragment import LoadedFragment
+    from accy.reference import run_reference
+
+    arch = local_arch()
+    jobs = [job("softmax", f"cuda:{arch}"),
+            job("softmax", f"cuda:{arch}", opts=("kernel.block_size=128",))]
+    got = compile_fragments(jobs, [compile_key(j) for j in jobs])
+    a, b = (LoadedFragment(c) for c in got)  # type: ignore[arg-type]
+    assert a._module is b._module  # one module load for the group's cubin
+    x = np.random.default_rng(0).standard_normal((8, 4096)).astype(np.float32)
+    want = run_reference(graph("softmax").module, [x])[0]
+    for frag in (a, b):
+        np.testing.assert_allclose(frag(x)[0], want, rtol=2e-5, atol=1e-7)
