@@ -173,8 +173,9 @@ class KernelOptions:
     ffma_tile_m: int = 0
     ffma_tile_n: int = 0
     """``ffma-tiled`` block tile (64 or 128; a thread per 8×8 outputs: 128×128 is 256
-    threads). 0 picks by shape: 128, halved (n first, then m) while the grid would have
-    fewer than 128 blocks and the smaller tile still divides."""
+    threads). 0 picks by shape: 128×128, else 128×64 or 64×128 while the grid would
+    have fewer than 128 blocks (256 when K > 512), 64×64 only where nothing larger
+    divides (``_ffma_tile`` in the kernel stage)."""
     ffma_tile_k: int = 8
     """``ffma-tiled`` depth of each shared-memory stage (8 or 16)."""
 

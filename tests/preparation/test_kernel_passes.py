@@ -213,7 +213,8 @@ def test_batched_matmul_puts_the_batch_on_the_grid():
     r = kernel(graph("attention"), {i: (3, 128, 64) for i in range(3)},
                ["dispatch.fuse_attention=false"])
     first, soft, last = plans(r)
-    assert first["grid"] == (2, 2, 3) and last["grid"] == (1, 2, 3)
+    # 128×64 tiles for the second (64×64 only where nothing larger divides)
+    assert first["grid"] == (2, 2, 3) and last["grid"] == (1, 1, 3)
     assert soft["mapping"] == "warp-per-row" and soft["rows"] == 3 * 128
 
 
@@ -243,7 +244,11 @@ def test_an_f32_matmul_of_plain_inputs_runs_the_ffma_kernel():
     ((2048, 2048, 2048), (), (128, 128)),   # 256 blocks
     ((1024, 1024, 1024), (), (128, 64)),    # 64 blocks at 128×128: n halves
     ((1024, 1024, 1024), (8,), (128, 128)),  # the batch fills the grid
-    ((512, 512, 512), (), (64, 64)),        # never 128 blocks: the most
+    ((512, 512, 512), (), (128, 64)),       # never 128 blocks: the most, 64×64 aside
+    ((8192, 256, 1024), (), (128, 64)),     # K > 512: 128 blocks of 128×128 are too few
+    ((2048, 1024, 256), (), (128, 128)),    # K ≤ 512: 128 blocks are a wave
+    ((8192, 1024, 256), (), (128, 128)),
+    ((2048, 256, 1024), (), (128, 64)),     # 64 blocks of 128×64 beat 128 of 64×64
     ((192, 8192, 64), (), (64, 128)),       # 128 does not divide M
     ((8192, 192, 64), (), (128, 64)),       # nor N
     ((64, 64, 8), (), (64, 64)),

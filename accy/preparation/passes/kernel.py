@@ -198,7 +198,13 @@ ATTENTION_STAGING = 32
 
 FFMA_MIN_BLOCKS = 128
 """``ffma-tiled`` tiles picked by shape shrink while the grid has fewer blocks than this
-(a wave: the H200 has 132 SMs)."""
+(a wave: the H200 has 132 SMs)..."""
+FFMA_LONG_K = 512
+FFMA_LONG_K_BLOCKS = 256
+"""... or, for a depth K over ``FFMA_LONG_K``, fewer than this: measured on the H200
+(RESULTS.md, the MLP's matmuls), 8192×1024 @ 1024×256 ran 7 % faster on 256 blocks of
+128×64 than on 128 of 128×128, while 2048×256 @ 256×1024 ran 6 % faster on 128 blocks
+of 128×128 than on 256 of 128×64."""
 
 
 def _row_major_operands(region: RegionOp, mm: Operation) -> tuple[int, int, int, int] | None:
@@ -218,23 +224,28 @@ def _row_major_operands(region: RegionOp, mm: Operation) -> tuple[int, int, int,
     return math.prod(out[:-2]), m, n, k
 
 
-def _ffma_tile(batch: int, m: int, n: int, want_m: int, want_n: int) \
+def _ffma_tile(batch: int, m: int, n: int, k: int, want_m: int, want_n: int) \
         -> tuple[int, int] | None:
     """The ``ffma-tiled`` block tile (m, n): the options' (0: by shape), dividing M and N.
 
-    By shape: the first of 128×128, 128×64, 64×128, 64×64 that divides and makes a grid
-    of at least ``FFMA_MIN_BLOCKS`` blocks, else the one making the most blocks.
+    By shape: the first of 128×128, 128×64, 64×128 that divides and makes a grid of at
+    least ``FFMA_MIN_BLOCKS`` blocks (``FFMA_LONG_K_BLOCKS`` when K is longer than
+    ``FFMA_LONG_K``), else the one of them making the most blocks; 64×64 only where
+    none of them divides (it was the slowest tile at every shape measured, even with
+    twice the blocks: 1024³, the MLP's four matmul shapes).
     """
     order = [(tm, tn) for tm in (128, 64) for tn in (128, 64)]
     fits = [(tm, tn) for tm, tn in order if want_m in (0, tm) and want_n in (0, tn)
             and m % tm == 0 and n % tn == 0]
     if not fits:
         return None
+    big = [t for t in fits if t != (64, 64)] or fits
+    enough = FFMA_LONG_K_BLOCKS if k > FFMA_LONG_K else FFMA_MIN_BLOCKS
 
     def blocks(t: tuple[int, int]) -> int:
         return batch * (m // t[0]) * (n // t[1])
 
-    return next((t for t in fits if blocks(t) >= FFMA_MIN_BLOCKS), max(fits, key=blocks))
+    return next((t for t in big if blocks(t) >= enough), max(big, key=blocks))
 
 
 @dataclass(frozen=True)
@@ -445,7 +456,7 @@ class PlanKernels(Pass):
             return None
         if min(batch, m, n, k) == 0 or k % tk:
             return None
-        tile = _ffma_tile(batch, m, n, self.ffma_tile[0], self.ffma_tile[1])
+        tile = _ffma_tile(batch, m, n, k, self.ffma_tile[0], self.ffma_tile[1])
         if tile is None:
             return None
         tm, tn = tile
