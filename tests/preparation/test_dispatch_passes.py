@@ -264,16 +264,35 @@ def test_a_reshape_stays_between_regions():
     assert ops[2].operands[0] is ops[1].results[0]
 
 
-def test_a_returned_reshape_gets_a_copy_region():
+def test_a_returned_reshape_is_a_view_of_its_region_output_not_a_copy():
     sm = program([T], ["tensor<8x4xf32>"], f"""\
     %0 = "semantic.exp"(%a0) : ({T}) -> {T}
     %1 = "semantic.reshape"(%0) : ({T}) -> tensor<8x4xf32>
     "func.return"(%1) : (tensor<8x4xf32>) -> ()""")
     r = dispatch(sm)
     ops = r.product.entry().body.ops
-    assert [op.op_name for op in ops] == ["dispatch.region", "prim.reshape",
-                                          "dispatch.region", "func.return"]
-    assert ops[3].operands[0] is ops[2].results[0]
+    assert [op.op_name for op in ops] == ["dispatch.region", "prim.reshape", "func.return"]
+    assert ops[2].operands[0] is ops[1].results[0]
+    assert ops[1].operands[0] is ops[0].results[0]
+    assert "result-copies" not in r.pass_stats["form-dispatch-regions"]
+    assert r.pass_stats["materialize-results"] == {"result-views": 1, "results": 1}
+
+
+def test_a_region_output_returned_and_viewed_or_viewed_twice_gets_one_copy():
+    R, F = "tensor<8x4xf32>", "tensor<32xf32>"
+    for returned, second in (("%1, %0", T), ("%1, %2", F)):
+        sm = program([T], [R, second], f"""\
+    %0 = "semantic.exp"(%a0) : ({T}) -> {T}
+    %1 = "semantic.reshape"(%0) : ({T}) -> {R}
+    %2 = "semantic.reshape"(%0) : ({T}) -> {F}
+    "func.return"({returned}) : ({R}, {second}) -> ()""")
+        r = dispatch(sm)
+        assert r.pass_stats["form-dispatch-regions"]["result-copies"] == 1, returned
+        assert [body_ops(g) for g in regions(r)] == [["prim.exp"], []], returned
+        x = np.arange(32, dtype=np.float32).reshape(4, 8) / 32
+        for got, want in zip(run_reference(r.product.module, [x]),
+                             run_reference(sm.module, [x]), strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_consumer_reading_its_producer_through_a_reshape_is_not_fused_into_it():

@@ -83,8 +83,12 @@ def read_plan(result) -> Plan:
             assert buffers[i]["alias_of"] == buf_of[op.operands[0]]
             buf_of[op.results[0]] = i
     for k, v in enumerate(func.return_op.operands):
-        b = buffers[buf_of[v]]
+        # the result's own buffer, or a view of it (a returned reshape of a region output)
+        b = buffers[root(buf_of[v])]
         assert b["kind"] == "result" and b["index"] == k
+        assert b["shape"] == tuple(v.type.shape)
+    results = [b["index"] for b in buffers.values() if b["kind"] == "result"]
+    assert sorted(results) == list(range(len(func.return_op.operands)))
     return Plan(buffers, func.attr("memory.arena_bytes").value, launches,
                 {i: (a, b) for i, (a, b) in lifetimes.items()})
 

@@ -39,8 +39,12 @@ a value read by a later region (or returned) is a region output, so regions
 never depend on each other in a cycle.
 
 ``prim.reshape`` stays between regions (a view of a materialized buffer).
-Every function result becomes a distinct region output (a copy region when
-needed), so the memory stage can give each result its own buffer.
+Every function result is a distinct region output, or a reshape (a view) of
+one that no other result claims — a row sum returned without its kept axis
+is the reduction's output seen as the result, which the memory stage makes a
+view of the result's buffer, so the row kernel writes the result directly. A
+copy region is made only when needed: a returned argument, index map or
+constant, or a value (or a view of it) returned twice.
 """
 
 from __future__ import annotations
@@ -370,9 +374,10 @@ class _Former:
         claimed: set[Value] = set()
         for v in ret.operands:
             self.store_transposed(v)
-            g = self.group_of_value(v)
-            if g is not None and v not in claimed and g.copy_of is None:
-                claimed.add(v)
+            base = prim.view_source(v)  # a returned reshape is a view of its region output
+            g = self.group_of_value(base)
+            if g is not None and base not in claimed and g.copy_of is None:
+                claimed.add(base)
                 self.result_sources.append(None)
                 continue
             copy = self.new_group("elementwise", _shape(v), None)
@@ -548,7 +553,8 @@ class FormDispatchRegions(Pass):
 
 @dataclass(frozen=True)
 class MaterializeResults(Pass):
-    """Check that every function result is a distinct region output (one buffer each)."""
+    """Check that every function result is a distinct region output, or a reshape of one
+    (one buffer each: the memory stage makes the output a view of the result's buffer)."""
 
     name = "materialize-results"
     preserves = frozenset({"*"})
@@ -561,9 +567,12 @@ class MaterializeResults(Pass):
                 continue
             seen: set[Value] = set()
             for v in func.return_op.operands:
-                if isinstance(v, BlockArgument) or not isinstance(getattr(v, "op", None), RegionOp) \
-                        or v in seen:
+                base = prim.view_source(v)
+                if isinstance(base, BlockArgument) or \
+                        not isinstance(getattr(base, "op", None), RegionOp) or base in seen:
                     raise VerifyError("a function result is not a distinct dispatch output",
                                       func.return_op.loc)
-                seen.add(v)
+                seen.add(base)
+                if base is not v:
+                    ctx.stat("result-views")
             ctx.stat("results", len(seen))
