@@ -14,7 +14,9 @@ Fusion, in one forward walk over each function (producer → consumer):
   output it is — a matmul epilogue;
 - a reduction joins the row group its input comes from (softmax's two
   reductions share one), turns an elementwise producer group of its input's
-  shape into a row group (prologue fusion), joins a row group over the same
+  shape into a row group (prologue fusion) — or, when a row group over the
+  same rows reads one of that group's inputs, moves the group and itself
+  into it (a row sum of ``cast(x)`` beside a row sum of ``x``) — joins a row group over the same
   rows that reads one of the same inputs (sibling reductions: a row sum and a
   row min of ``x`` are one launch reading ``x`` once, with two outputs), or
   starts a row group;
@@ -355,6 +357,12 @@ class _Former:
                     self.ctx.stat("fused-reductions")
                     return
                 if g.kind == "elementwise" and g.shape == row and not chain:
+                    h = self.sibling_rows(g, row)
+                    if h is not None:  # the prologue and the reduction join h
+                        self.merge(g, h)
+                        self.add(op, h)
+                        self.ctx.stat("fused-sibling-prologues")
+                        return
                     g.kind, g.shape = "rows", row
                     if self.can_join(op, g):
                         self.add(op, g)
@@ -367,6 +375,18 @@ class _Former:
                     self.ctx.stat("fused-sibling-reductions")
                     return
         self.new_group("rows", row, op)
+
+    def sibling_rows(self, g: Group, row: tuple[int, ...]) -> Group | None:
+        """A row group over ``row`` that reads an input of elementwise group ``g`` (of that
+        shape) and can take ``g`` and one reduction of it: a row sum of ``cast(x)`` and a
+        row sum of ``x`` are then one launch reading ``x`` once (a half mean's first level
+        beside the row sum). Neither group may read the other (then one region would read
+        its own output), directly or through a third."""
+        for h in [h for op in g.ops for h in self.siblings(op, "rows")]:
+            if h.shape == row and h is not g and g not in h.deps and h not in g.deps \
+                    and len(g.ops) + len(h.ops) < self.max_ops and self.can_merge(g, h):
+                return h
+        return None
 
     def materialize_results(self) -> None:
         ret = self.func.body.terminator
