@@ -380,11 +380,12 @@ class _Former:
         """A row group over ``row`` that reads an input of elementwise group ``g`` (of that
         shape) and can take ``g`` and one reduction of it: a row sum of ``cast(x)`` and a
         row sum of ``x`` are then one launch reading ``x`` once (a half mean's first level
-        beside the row sum). Neither group may read the other (then one region would read
-        its own output), directly or through a third."""
+        beside the row sum). As for a merge of elementwise groups (:meth:`can_merge`),
+        neither may read the other through a reshape or an index map (one region would
+        read its own output) or through a third group."""
         for h in [h for op in g.ops for h in self.siblings(op, "rows")]:
-            if h.shape == row and h is not g and g not in h.deps and h not in g.deps \
-                    and len(g.ops) + len(h.ops) < self.max_ops and self.can_merge(g, h):
+            if h.shape == row and h is not g and len(g.ops) + len(h.ops) < self.max_ops \
+                    and self.can_merge(g, h):
                 return h
         return None
 
