@@ -32,7 +32,7 @@ Example
 from __future__ import annotations
 
 from accy.choir.attributes import I1, DenseArrayAttr, TensorType, Type
-from accy.choir.ir import OP_REGISTRY, declared_ops
+from accy.choir.ir import OP_REGISTRY, OpResult, Value, declared_ops
 from accy.dialects import semantic
 from accy.dialects.semantic import PREDICATES, SemanticOp
 
@@ -334,6 +334,14 @@ class ReshapeOp(PrimOp):
                 src.is_static and dst.is_static and src.num_elements != dst.num_elements):
             raise self.fail(f"cannot reshape {src} to {dst}")
         return dst
+
+
+def view_source(v: Value) -> Value:
+    """``v`` through every ``prim.reshape`` that makes it: the value whose buffer ``v``
+    is a view of (a reshape never moves an element; the layout is row-major)."""
+    while isinstance(v, OpResult) and v.op.op_name == ReshapeOp.name:
+        v = v.op.operands[0]
+    return v
 
 
 class SliceOp(PrimOp, semantic.SliceOp):

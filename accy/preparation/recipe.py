@@ -57,6 +57,7 @@ def tensor(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
         t.SplitReductions(options.tensor.split_reductions
                           and options.target.backend.thread_blocks),  # fill the GPU
         t.InnermostReductions(options.tensor.innermost_reductions),
+        t.EpiloguesBeforeReshapes(),        # the mean's scale: the reduction's epilogue
         t.LowerToPrim(),                    # explicit broadcasts, prim ops
         t.CastsInsideTransposes(),          # transposes outside a half reduction's casts
         c.CSE(),

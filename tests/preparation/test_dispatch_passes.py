@@ -264,16 +264,35 @@ def test_a_reshape_stays_between_regions():
     assert ops[2].operands[0] is ops[1].results[0]
 
 
-def test_a_returned_reshape_gets_a_copy_region():
+def test_a_returned_reshape_is_a_view_of_its_region_output_not_a_copy():
     sm = program([T], ["tensor<8x4xf32>"], f"""\
     %0 = "semantic.exp"(%a0) : ({T}) -> {T}
     %1 = "semantic.reshape"(%0) : ({T}) -> tensor<8x4xf32>
     "func.return"(%1) : (tensor<8x4xf32>) -> ()""")
     r = dispatch(sm)
     ops = r.product.entry().body.ops
-    assert [op.op_name for op in ops] == ["dispatch.region", "prim.reshape",
-                                          "dispatch.region", "func.return"]
-    assert ops[3].operands[0] is ops[2].results[0]
+    assert [op.op_name for op in ops] == ["dispatch.region", "prim.reshape", "func.return"]
+    assert ops[2].operands[0] is ops[1].results[0]
+    assert ops[1].operands[0] is ops[0].results[0]
+    assert "result-copies" not in r.pass_stats["form-dispatch-regions"]
+    assert r.pass_stats["materialize-results"] == {"result-views": 1, "results": 1}
+
+
+def test_a_region_output_returned_and_viewed_or_viewed_twice_gets_one_copy():
+    R, F = "tensor<8x4xf32>", "tensor<32xf32>"
+    for returned, second in (("%1, %0", T), ("%1, %2", F)):
+        sm = program([T], [R, second], f"""\
+    %0 = "semantic.exp"(%a0) : ({T}) -> {T}
+    %1 = "semantic.reshape"(%0) : ({T}) -> {R}
+    %2 = "semantic.reshape"(%0) : ({T}) -> {F}
+    "func.return"({returned}) : ({R}, {second}) -> ()""")
+        r = dispatch(sm)
+        assert r.pass_stats["form-dispatch-regions"]["result-copies"] == 1, returned
+        assert [body_ops(g) for g in regions(r)] == [["prim.exp"], []], returned
+        x = np.arange(32, dtype=np.float32).reshape(4, 8) / 32
+        for got, want in zip(run_reference(r.product.module, [x]),
+                             run_reference(sm.module, [x]), strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_consumer_reading_its_producer_through_a_reshape_is_not_fused_into_it():
@@ -390,6 +409,51 @@ def test_ops_sharing_only_an_input_are_one_region():
     assert body_ops(region) == ["prim.exp", "prim.log", "prim.abs"]
     assert list(region.operands) == [r.product.entry().body.args[0]] and len(region.results) == 3
     assert r.pass_stats["form-dispatch-regions"]["fused-siblings"] == 2
+
+
+def test_a_reduction_of_a_prologue_joins_a_sibling_row_reduction_of_its_input():
+    """sum(x) and sum(exp(x)), max(cast(x)) over the same rows: one row region reading
+    x once (the prologues move into the sibling's group), four outputs."""
+    B = "tensor<4x8xbf16>"
+    sm = program([B], ["tensor<4xbf16>", "tensor<4xf32>", "tensor<4xf32>"], f"""\
+    %0 = "semantic.reduce_sum"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({B}) -> tensor<4xbf16>
+    %1 = "semantic.cast"(%a0) : ({B}) -> {T}
+    %2 = "semantic.reduce_sum"(%1) {{axes = array<i64: 1>, keepdims = false}} : ({T}) -> tensor<4xf32>
+    %3 = "semantic.exp"(%1) : ({T}) -> {T}
+    %4 = "semantic.reduce_max"(%3) {{axes = array<i64: 1>, keepdims = false}} : ({T}) -> tensor<4xf32>
+    "func.return"(%0, %2, %4) : (tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>) -> ()""")
+    r = dispatch(sm)
+    (region,) = regions(r)
+    assert region.kind == "rows" and list(region.operands) == [r.product.entry().body.args[0]]
+    assert body_ops(region) == ["prim.reduce", "prim.cast", "prim.reduce", "prim.exp",
+                                "prim.reduce"]
+    stats = r.pass_stats["form-dispatch-regions"]
+    assert stats["fused-sibling-prologues"] == 1 and stats["rows-regions"] == 1
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    for got, want in zip(run_reference(r.product.module, [x]), run_reference(sm.module, [x]),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+    _host_run(sm)
+
+
+def test_a_prologue_reading_the_sibling_row_groups_output_does_not_join_it():
+    """y = x + sum(x) (the row sums read through their reshape and a broadcast along
+    the rows: not row-local, so y is a group of its own) and max(y): y's group reads
+    the row group's output through the reshape, so moving it there would make that
+    region read its own output."""
+    S = "tensor<8x8xf32>"
+    sm = program([S], ["tensor<8xf32>", "tensor<8xf32>"], f"""\
+    %0 = "semantic.reduce_sum"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({S}) -> tensor<8xf32>
+    %1 = "semantic.add"(%a0, %0) : ({S}, tensor<8xf32>) -> {S}
+    %2 = "semantic.reduce_max"(%1) {{axes = array<i64: 1>, keepdims = false}} : ({S}) -> tensor<8xf32>
+    "func.return"(%0, %2) : (tensor<8xf32>, tensor<8xf32>) -> ()""")
+    r = dispatch(sm)
+    first, second = regions(r)
+    assert (first.kind, second.kind) == ("rows", "rows")
+    assert body_ops(first) == ["prim.reduce"]
+    assert body_ops(second) == ["prim.add", "prim.reduce"]
+    assert "fused-sibling-prologues" not in r.pass_stats["form-dispatch-regions"]
+    _host_run(sm)
 
 
 def test_a_merge_that_would_make_a_cycle_through_a_matmul_is_refused():

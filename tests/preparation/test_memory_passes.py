@@ -83,8 +83,12 @@ def read_plan(result) -> Plan:
             assert buffers[i]["alias_of"] == buf_of[op.operands[0]]
             buf_of[op.results[0]] = i
     for k, v in enumerate(func.return_op.operands):
-        b = buffers[buf_of[v]]
+        # the result's own buffer, or a view of it (a returned reshape of a region output)
+        b = buffers[root(buf_of[v])]
         assert b["kind"] == "result" and b["index"] == k
+        assert b["shape"] == tuple(v.type.shape)
+    results = [b["index"] for b in buffers.values() if b["kind"] == "result"]
+    assert sorted(results) == list(range(len(func.return_op.operands)))
     return Plan(buffers, func.attr("memory.arena_bytes").value, launches,
                 {i: (a, b) for i, (a, b) in lifetimes.items()})
 
@@ -339,6 +343,25 @@ def test_a_reshape_of_an_argument_aliases_the_argument():
     "func.return"(%1) : (tensor<32xf32>) -> ()""")
     p = check_plan(memory(sm), 256)
     assert p.buffers[1]["kind"] == "alias" and p.buffers[1]["alias_of"] == 0
+    assert p.arena_bytes == 0
+
+
+def test_a_returned_reshape_makes_its_region_output_a_view_of_the_result():
+    """A row sum returned without its kept axis: the reduction writes the result buffer
+    (its 4×1 output a view of the 4-element result), no arena buffer and no copy."""
+    sm = program([T], ["tensor<4xf32>", "tensor<4xf32>"], f"""\
+    %0 = "semantic.reduce_sum"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({T}) -> tensor<4xf32>
+    %1 = "semantic.reduce_max"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({T}) -> tensor<4xf32>
+    "func.return"(%1, %0) : (tensor<4xf32>, tensor<4xf32>) -> ()""")
+    p = check_plan(memory(sm), 256)
+    ((ins, outs),) = p.launches
+    assert ins == (0,)
+    for out, index in zip(outs, (1, 0)):  # the sum is result 1, the max result 0
+        view = p.buffers[out]
+        assert view["kind"] == "alias" and view["shape"] == (4, 1)
+        assert p.buffers[view["alias_of"]] == {
+            "bytes": 16, "dtype": "f32", "id": view["alias_of"], "index": index,
+            "kind": "result", "shape": (4,), "strides": (1,)}
     assert p.arena_bytes == 0
 
 

@@ -458,3 +458,86 @@ def test_long_reductions_with_few_outputs_split_in_two_on_gpus(kind, shape, axes
     got = run_reference(gpu.module, [x])[0]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-3 if kind == "sum" else 0)
+
+
+# ------------------------------------ epilogues-before-reshapes, the half mean's levels
+
+
+def _tensor_stage(text: str, target: str = "host"):
+    from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+
+    sm = SemanticModule.from_text(text)
+    return sm, prepare_through(sm, "tensor", RunOptions.parse(target), {})
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_the_means_scale_and_cast_run_before_its_final_reshape(element):
+    """The mean of everything: its ``× 1/32`` (and the cast back to bf16) on the
+    reduction's own tensor<1xf32>, reshaped to the rank-0 result after it."""
+    x = f"tensor<4x8x{element}>"
+    sm, r = _tensor_stage(program_text([x], [f"tensor<{element}>"], f"""\
+    %0 = "semantic.reduce_mean"(%a0) {{axes = array<i64: 0, 1>, keepdims = false}} : ({x}) -> tensor<{element}>
+    "func.return"(%0) : (tensor<{element}>) -> ()"""))
+    assert r.pass_stats["epilogues-before-reshapes"] == {"moved": 1 if element == "f32" else 2}
+    checks = ['"prim.reduce"', "-> tensor<1xf32>", '"prim.mul"', "-> tensor<1xf32>"]
+    if element == "bf16":
+        checks += ['"prim.cast"', "-> tensor<1xbf16>"]
+    filecheck(r.product.text(), *checks, '"prim.reshape"', f"-> tensor<{element}>",
+              '"func.return"')
+    xs = [np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)]
+    np.testing.assert_array_equal(run_reference(r.product.module, xs)[0],
+                                  run_reference(sm.module, xs)[0])
+
+
+def test_an_op_reading_a_reshaped_reduction_beside_a_full_operand_stays_after_it():
+    """``sum(x) + b`` with ``b`` of the result's shape (not rank 0), and ``exp`` of a
+    reshaped argument (not a reduction): both stay where they are."""
+    sm, r = _tensor_stage(program_text(["tensor<4x8xf32>", "tensor<4xf32>"],
+                                       ["tensor<4xf32>", "tensor<8x4xf32>"], """\
+    %0 = "semantic.reduce_sum"(%a0) {axes = array<i64: 1>, keepdims = false} : (tensor<4x8xf32>) -> tensor<4xf32>
+    %1 = "semantic.add"(%0, %a1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %2 = "semantic.reshape"(%a0) : (tensor<4x8xf32>) -> tensor<8x4xf32>
+    %3 = "semantic.exp"(%2) : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    "func.return"(%1, %3) : (tensor<4xf32>, tensor<8x4xf32>) -> ()"""))
+    assert "epilogues-before-reshapes" not in r.pass_stats
+    filecheck(r.product.text(), '"prim.reshape"', "-> tensor<4xf32>", '"prim.add"',
+              "(tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>")
+
+
+HALF_MEAN = """\
+    %0 = "semantic.reduce_{kind}"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({x}) -> tensor<{rows}x{el}>
+    %1 = "semantic.reduce_mean"(%a0) {{axes = array<i64: 0, 1>, keepdims = false}} : ({x}) -> tensor<{el}>
+    "func.return"(%0, %1) : (tensor<{rows}x{el}>, tensor<{el}>) -> ()"""
+
+
+@pytest.mark.parametrize("el", ["bf16", "f16"])
+@pytest.mark.parametrize("kind", ["sum", "max"])
+def test_a_half_mean_starts_from_the_rows_a_sibling_reduction_reads(el, kind):
+    """The mean's sum of cast(x) in f32 is split innermost first beside a row reduction
+    of x (any kind): its first level is a row sum of cast(x) over x's rows (no flat view
+    of x, on the GPU no [4096, 8192] split), its partial sums f32, never rounded to
+    ``el``."""
+    x = f"tensor<8192x4096x{el}>"
+    sm, r = _tensor_stage(program_text([x], [f"tensor<8192x{el}>", f"tensor<{el}>"],
+                                       HALF_MEAN.format(kind=kind, x=x, rows=8192, el=el)),
+                          "cuda:sm_90")
+    assert r.pass_stats["successive-reductions"] == {"successive": 1}
+    assert "split-reductions" not in r.pass_stats
+    text = r.product.text()
+    filecheck(text, f'"prim.cast"(%arg0) : ({x}) -> tensor<8192x4096xf32>')
+    reduces = sorted((op.attr("kind").value, str(op.results[0].type))
+                     for op in r.product.entry().body.ops if op.op_name == "prim.reduce")
+    assert reduces == sorted([(kind, f"tensor<8192x1x{el}>"), ("sum", "tensor<8192x1xf32>"),
+                              ("sum", "tensor<1xf32>")])
+    assert "tensor<4096x8192" not in text and "tensor<33554432" not in text
+
+
+def test_a_half_mean_without_a_sibling_row_reduction_is_left_whole():
+    x = "tensor<4x8xbf16>"
+    sm, r = _tensor_stage(program_text([x], ["tensor<bf16>"], f"""\
+    %0 = "semantic.reduce_mean"(%a0) {{axes = array<i64: 0, 1>, keepdims = false}} : ({x}) -> tensor<bf16>
+    "func.return"(%0) : (tensor<bf16>) -> ()"""))
+    assert "successive-reductions" not in r.pass_stats
+    assert len([op for op in r.product.entry().body.ops if op.op_name == "prim.reduce"]) == 1

@@ -3,13 +3,14 @@ where there is no GPU (CI), not of CUDA itself.
 
 The kernel's text (from its ``extern "C" __global__`` line to its closing brace)
 is compiled by the host C++ compiler under a small shim: ``float4`` and friends,
-``__ldg`` a plain load, one thread of the host per CUDA thread of a block, blocks
-one after another, ``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an
-exchange through memory between two barriers of its warp — which is right for kernels
-whose every thread of a warp reaches every shuffle (a warp-per-row kernel's warps past
-the last row return, whole). Dynamic shared memory
-is one static array, and a block's static ``__shared__`` arrays static locals of the
-kernel (shared by its threads).
+``__ldg`` a plain load, the half conversions (f16 through ``_Float16``, bf16 rounded
+to nearest even as ``cvt.rn`` does), one thread of the host per CUDA thread of a
+block, blocks one after another (the same threads, a barrier between blocks),
+``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an exchange through
+memory between two barriers of its warp — which is right for kernels whose every
+thread of a warp reaches every shuffle (a warp-per-row kernel's warps past the last
+row return, whole). Dynamic shared memory is one static array, and a block's static
+``__shared__`` arrays static locals of the kernel (shared by its threads).
 """
 
 from __future__ import annotations
@@ -26,11 +27,27 @@ import numpy as np
 SHIM = r"""
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static inline float accy_bf2f(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+static inline unsigned short accy_f2bf(float f) {  // to nearest, ties to even (cvt.rn)
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float accy_h2f(unsigned short h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline unsigned short accy_f2h(float f) {
+  const _Float16 v = (_Float16)f; unsigned short h; std::memcpy(&h, &v, 2); return h;
+}
+struct accy_param { void* p; template <class T> operator T*() const { return (T*)p; } };
 struct accy_dim3 { unsigned x, y, z; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
@@ -69,14 +86,16 @@ def kernel_text(source: str, name: str) -> str:
 
 def run(source: str, name: str, grid: int, threads: int, buffers: list[np.ndarray]) -> None:
     """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks of ``threads`` on the CPU,
-    its parameters the float32 ``buffers`` (inputs, then outputs, written in place)."""
-    args = ", ".join(f"b[{i}]" for i in range(len(buffers)))
+    its parameters the contiguous ``buffers`` (inputs, then outputs, written in place), in
+    the kernel's storage types: float32, float16, or uint16 bit patterns for bf16."""
+    assert all(b.flags.c_contiguous for b in buffers)
+    args = ", ".join(f"accy_param{{b[{i}]}}" for i in range(len(buffers)))
     # a block's static shared arrays are one array for every thread of the block (blocks
     # run one after another): a static local of the kernel function
     body = re.sub(r"^(\s*)__shared__ ", r"\1static ", kernel_text(source, name).replace(
         "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
     text = SHIM + body + f"""
-extern "C" void accy_run(float** b, int grid, int threads) {{
+extern "C" void accy_run(void** b, int grid, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;
   blockDim = {{(unsigned)threads, 1, 1}}; gridDim = {{(unsigned)grid, 1, 1}};
@@ -85,13 +104,19 @@ extern "C" void accy_run(float** b, int grid, int threads) {{
     warps.emplace_back(new std::barrier<>(threads - w * 32 < 32 ? threads - w * 32 : 32));
     accy_warp_bar[w] = warps.back().get();
   }}
-  for (int g = 0; g < grid; ++g) {{
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([=] {{ threadIdx = {{(unsigned)t, 0, 0}}; blockIdx = {{(unsigned)g, 0, 0}};
-                            {name}({args}); }});
-    for (auto& th : ts) th.join();
-  }}
+  // one host thread per CUDA thread, for every block in turn: the block's threads all
+  // leave the kernel before any starts the next block (its shared arrays are reused)
+  std::barrier<> next_block(threads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([=, &next_block] {{
+      for (int g = 0; g < grid; ++g) {{
+        threadIdx = {{(unsigned)t, 0, 0}}; blockIdx = {{(unsigned)g, 0, 0}};
+        {name}({args});
+        next_block.arrive_and_wait();
+      }}
+    }});
+  for (auto& th : ts) th.join();
 }}
 """
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,6 +128,5 @@ extern "C" void accy_run(float** b, int grid, int threads) {{
         if built.returncode:
             raise RuntimeError(f"the kernel does not build on the host:\n{built.stderr}")
         lib = ctypes.CDLL(so)
-        ptrs = (ctypes.POINTER(ctypes.c_float) * len(buffers))(
-            *[b.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) for b in buffers])
+        ptrs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
         lib.accy_run(ptrs, grid, threads)

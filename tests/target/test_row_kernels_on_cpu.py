@@ -17,11 +17,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_on_cpu  # noqa: E402
-from stage_programs import graph  # noqa: E402
+from stage_programs import graph, with_element  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.dialects.memory import BufferSpec  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
+from accy.numerics import bf16_bits  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
 from accy.preparation.products import SemanticModule  # noqa: E402
@@ -52,12 +53,18 @@ def global_reads(body: str, param: str = "in0") -> int:
     return len(re.findall(rf"\b{param}\[|\b{param} \+", body))
 
 
+STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+"""The kernels' storage type of each float element type (bf16: its bit patterns)."""
+
+
 def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    """Every launch of the job's table on the CPU over float32 buffers (arena views
-    included), in order; the results."""
+    """Every launch of the job's table on the CPU over its buffers (f32, f16 or bf16;
+    arena views included, the arena and the results NaN before), in order; the results
+    (bf16 as float32)."""
     attrs = job.module.attributes
     specs = [BufferSpec.from_attr(a) for a in attrs["target.buffers"].values]
-    arena = np.full(max(1, attrs["target.arena_bytes"].value // 4 + 1), np.nan, np.float32)
+    arena = np.full(max(1, attrs["target.arena_bytes"].value // 4 + 1), np.nan,
+                    np.float32).view(np.uint8)
     by_id = {s.id: s for s in specs}
     arrays: dict[int, np.ndarray] = {}
     results: dict[int, np.ndarray] = {}
@@ -66,18 +73,21 @@ def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: igno
         if i in arrays:
             return arrays[i]
         s = by_id[i]
-        assert s.dtype == "f32", s.dtype
-        n = s.bytes // 4
+        dtype = STORAGE[s.dtype]
+        n = s.bytes // np.dtype(dtype).itemsize
         if s.kind == "arg":
-            a = np.ascontiguousarray(inputs[s.index], np.float32).reshape(-1)
+            x = np.asarray(inputs[s.index])
+            a = (bf16_bits(x) if s.dtype == "bf16" else x.astype(dtype)).reshape(-1)
         elif s.kind == "arena":
-            assert s.offset % 4 == 0
-            a = arena[s.offset // 4:s.offset // 4 + n]
+            a = arena[s.offset:s.offset + s.bytes].view(dtype)
         elif s.kind == "alias":
             a = array(s.alias_of)[:n]
         else:
-            a = array(s.inplace_of)[:n] if s.inplace_of >= 0 else np.full(n, np.nan, np.float32)
+            a = array(s.inplace_of)[:n] if s.inplace_of >= 0 else \
+                np.full(n, np.nan, np.float32).astype(dtype) if s.dtype != "bf16" else \
+                np.full(n, 0x7fc0, np.uint16)
             results[s.index] = a.reshape(s.shape)
+        assert a.flags.c_contiguous
         arrays[i] = a
         return a
 
@@ -89,7 +99,8 @@ def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: igno
         assert tuple(e["grid"].values)[1:] == (1, 1) and tuple(e["block"].values)[1:] == (1, 1)
         cuda_on_cpu.run(text, e["kernel"].value, e["grid"].values[0], e["block"].values[0],
                         [array(i) for i in e["buffers"].values])
-    return [results[i] for i in sorted(results)]
+    return [(results[i].astype(np.uint32) << 16).view(np.float32)
+            if results[i].dtype == np.uint16 else results[i] for i in sorted(results)]
 
 
 def max_error(job, sm, inputs: list[np.ndarray]) -> float:  # type: ignore[no-untyped-def]
@@ -98,7 +109,7 @@ def max_error(job, sm, inputs: list[np.ndarray]) -> float:  # type: ignore[no-un
     err = 0.0
     for g, w in zip(got, want, strict=True):
         w = np.asarray(w, np.float64)
-        assert g.shape == w.shape and not np.isnan(g).any()
+        assert g.shape == w.shape and not np.isnan(g.astype(np.float64)).any()
         err = max(err, float(np.max(np.abs(g - w)) / max(1.0, float(np.max(np.abs(w))))))
     return err
 
@@ -129,13 +140,13 @@ def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
 # ------------------------------------------- reductions over one or both axes
 
 
-def reductions(rows: int, cols: int) -> SemanticModule:
+def reductions(rows: int, cols: int, element: str = "f32") -> SemanticModule:
     """graphs/reductions.mlir at rows × cols: sum over axis 1, max over axis 0 (kept),
-    min over axis 1, mean over both."""
+    min over axis 1, mean over both (in ``element``, as the benchmark makes it)."""
     text = (Path(__file__).resolve().parents[2] / "graphs" / "reductions.mlir").read_text()
     text = text.replace("64x128", f"{rows}x{cols}").replace(
         "tensor<64xf32>", f"tensor<{rows}xf32>").replace("1x128xf32", f"1x{cols}xf32")
-    return SemanticModule.from_text(text)
+    return SemanticModule.from_text(with_element(text, element))
 
 
 def input_reads(job) -> int:  # type: ignore[no-untyped-def]
@@ -179,9 +190,51 @@ def test_a_mean_over_both_axes_starts_from_the_row_sum() -> None:
     assert "tensor<4096x8192xf32>" not in text  # no flat view of x
 
 
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+def test_the_reductions_write_their_results_in_four_launches(element: str) -> None:
+    """At the benchmark's 8192 × 4096 on sm_90a: the row sum and min (and, in halves,
+    the mean's f32 row sums) in one kernel, the column max in two (split), the mean's
+    sum of the row sums with its scale (and cast) as the epilogue. No copy kernel: each
+    result is a reduction's output, the plan's result buffer seen through a view."""
+    job = prepare_through(reductions(8192, 4096, element), "target",
+                          RunOptions.parse("cuda:sm_90a"), {}).product
+    kernels = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)]
+    assert len(launches(job)) == 4
+    assert all(any(op.op_name == "prim.reduce" for op in k.body.ops) for k in kernels)
+    assert input_reads(job) == 2  # the row kernel and the column max's first level
+    specs = {s.id: s for s in (BufferSpec.from_attr(a)
+                               for a in job.module.attributes["target.buffers"].values)}
+
+    def root(i: int) -> BufferSpec:
+        while specs[i].kind == "alias":
+            i = specs[i].alias_of
+        return specs[i]
+
+    written = [root(i).index for op in job.module.entry().body.ops if op.op_name ==
+               "kernel.launch" for i in op.attr("memory.outputs").values
+               if root(i).kind == "result"]
+    assert sorted(written) == [0, 1, 2, 3]  # each result written once, by its reduction
+
+
+TOLERANCE = {"f32": 1e-5, "bf16": 2.0 ** -7, "f16": 2.0 ** -10}
+"""Max |Δ| / max(1, max |ref|): f32 rounding, or one ulp of the half result."""
+
+
 @needs_cxx
-@pytest.mark.parametrize("shape", [(64, 128), (256, 1024)])
-def test_reductions_match_the_reference_on_the_cpu(shape: tuple[int, int]) -> None:
-    sm = reductions(*shape)
+@pytest.mark.parametrize("element,shape", [
+    ("f32", (64, 128)), ("f32", (256, 1024)), ("f32", (1, 1)), ("f32", (17, 17)),
+    ("f32", (1, 4097)), ("f32", (4097, 17)), ("bf16", (17, 4097)), ("bf16", (4097, 1)),
+    ("bf16", (64, 128)), ("f16", (17, 17)), ("f16", (1, 4097)),
+])
+def test_reductions_match_the_reference_on_the_cpu(element: str, shape: tuple[int, int]) \
+        -> None:
+    """Every launch (the copies gone: the reductions write the results) on ragged shapes,
+    in f32 and in halves (whose mean sums f32 row sums)."""
+    sm = reductions(*shape, element)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    assert max_error(cuda_job(sm), sm, [x]) <= 1e-5
+    if element == "f16":
+        x = x.astype(np.float16)
+    job = cuda_job(sm)
+    assert not any(not any(op.op_name == "prim.reduce" for op in k.body.ops)
+                   for k in job.module.body.ops if isinstance(k, KernelFuncOp))
+    assert max_error(job, sm, [x]) <= TOLERANCE[element]

@@ -14,7 +14,9 @@ Fusion, in one forward walk over each function (producer → consumer):
   output it is — a matmul epilogue;
 - a reduction joins the row group its input comes from (softmax's two
   reductions share one), turns an elementwise producer group of its input's
-  shape into a row group (prologue fusion), joins a row group over the same
+  shape into a row group (prologue fusion) — or, when a row group over the
+  same rows reads one of that group's inputs, moves the group and itself
+  into it (a row sum of ``cast(x)`` beside a row sum of ``x``) — joins a row group over the same
   rows that reads one of the same inputs (sibling reductions: a row sum and a
   row min of ``x`` are one launch reading ``x`` once, with two outputs), or
   starts a row group;
@@ -39,8 +41,12 @@ a value read by a later region (or returned) is a region output, so regions
 never depend on each other in a cycle.
 
 ``prim.reshape`` stays between regions (a view of a materialized buffer).
-Every function result becomes a distinct region output (a copy region when
-needed), so the memory stage can give each result its own buffer.
+Every function result is a distinct region output, or a reshape (a view) of
+one that no other result claims — a row sum returned without its kept axis
+is the reduction's output seen as the result, which the memory stage makes a
+view of the result's buffer, so the row kernel writes the result directly. A
+copy region is made only when needed: a returned argument, index map or
+constant, or a value (or a view of it) returned twice.
 """
 
 from __future__ import annotations
@@ -351,6 +357,12 @@ class _Former:
                     self.ctx.stat("fused-reductions")
                     return
                 if g.kind == "elementwise" and g.shape == row and not chain:
+                    h = self.sibling_rows(g, row)
+                    if h is not None:  # the prologue and the reduction join h
+                        self.merge(g, h)
+                        self.add(op, h)
+                        self.ctx.stat("fused-sibling-prologues")
+                        return
                     g.kind, g.shape = "rows", row
                     if self.can_join(op, g):
                         self.add(op, g)
@@ -364,15 +376,29 @@ class _Former:
                     return
         self.new_group("rows", row, op)
 
+    def sibling_rows(self, g: Group, row: tuple[int, ...]) -> Group | None:
+        """A row group over ``row`` that reads an input of elementwise group ``g`` (of that
+        shape) and can take ``g`` and one reduction of it: a row sum of ``cast(x)`` and a
+        row sum of ``x`` are then one launch reading ``x`` once (a half mean's first level
+        beside the row sum). As for a merge of elementwise groups (:meth:`can_merge`),
+        neither may read the other through a reshape or an index map (one region would
+        read its own output) or through a third group."""
+        for h in [h for op in g.ops for h in self.siblings(op, "rows")]:
+            if h.shape == row and h is not g and len(g.ops) + len(h.ops) < self.max_ops \
+                    and self.can_merge(g, h):
+                return h
+        return None
+
     def materialize_results(self) -> None:
         ret = self.func.body.terminator
         assert isinstance(ret, ReturnOp)
         claimed: set[Value] = set()
         for v in ret.operands:
             self.store_transposed(v)
-            g = self.group_of_value(v)
-            if g is not None and v not in claimed and g.copy_of is None:
-                claimed.add(v)
+            base = prim.view_source(v)  # a returned reshape is a view of its region output
+            g = self.group_of_value(base)
+            if g is not None and base not in claimed and g.copy_of is None:
+                claimed.add(base)
                 self.result_sources.append(None)
                 continue
             copy = self.new_group("elementwise", _shape(v), None)
@@ -548,7 +574,8 @@ class FormDispatchRegions(Pass):
 
 @dataclass(frozen=True)
 class MaterializeResults(Pass):
-    """Check that every function result is a distinct region output (one buffer each)."""
+    """Check that every function result is a distinct region output, or a reshape of one
+    (one buffer each: the memory stage makes the output a view of the result's buffer)."""
 
     name = "materialize-results"
     preserves = frozenset({"*"})
@@ -561,9 +588,12 @@ class MaterializeResults(Pass):
                 continue
             seen: set[Value] = set()
             for v in func.return_op.operands:
-                if isinstance(v, BlockArgument) or not isinstance(getattr(v, "op", None), RegionOp) \
-                        or v in seen:
+                base = prim.view_source(v)
+                if isinstance(base, BlockArgument) or \
+                        not isinstance(getattr(base, "op", None), RegionOp) or base in seen:
                     raise VerifyError("a function result is not a distinct dispatch output",
                                       func.return_op.loc)
-                seen.add(v)
+                seen.add(base)
+                if base is not v:
+                    ctx.stat("result-views")
             ctx.stat("results", len(seen))

@@ -3,7 +3,9 @@
 Every tensor that crosses a dispatch boundary gets a buffer:
 
 - function arguments are ``arg`` buffers (the caller's), function results
-  ``result`` buffers (allocated per call);
+  ``result`` buffers (allocated per call); a result that is a reshape of a
+  region output (a row sum without its kept axis) makes that output a view
+  (``alias``) of the result's buffer, so the region writes the result itself;
 - every other region output lives in one workspace **arena** at an aligned
   offset; liveness over the launch order lets a dead buffer's bytes be reused
   (best fit, coalescing freed neighbours);
@@ -249,7 +251,12 @@ def _create_buffers(func: FuncOp) -> tuple[list[Buffer], dict[Value, Buffer]]:
     block = func.body
     buffers: list[Buffer] = []
     buf_of: dict[Value, Buffer] = {}
-    results = {v: i for i, v in enumerate(func.return_op.operands)}
+    returned = func.return_op.operands
+    results = {v: i for i, v in enumerate(returned)}
+    viewed = {prim.view_source(v): i for i, v in enumerate(returned)
+              if prim.view_source(v) is not v}
+    """Region outputs that results are reshapes of → the result (the dispatch stage's
+    materialize-results: distinct, and none of them is returned itself)."""
     for i, a in enumerate(block.args):
         b = Buffer(len(buffers), "arg", a.type, index=i)  # type: ignore[arg-type]
         buffers.append(b)
@@ -258,8 +265,14 @@ def _create_buffers(func: FuncOp) -> tuple[list[Buffer], dict[Value, Buffer]]:
         for r in op.results:
             if op.op_name == "prim.reshape":
                 continue
-            kind = "result" if r in results else "arena"
-            b = Buffer(len(buffers), kind, r.type, index=results.get(r, -1))  # type: ignore
+            if r in viewed:  # the result's buffer, and this output a view of it
+                i = viewed[r]
+                res = Buffer(len(buffers), "result", returned[i].type, index=i)  # type: ignore[arg-type]
+                buffers.append(res)
+                b = Buffer(len(buffers), "alias", r.type, alias_of=res.id)  # type: ignore[arg-type]
+            else:
+                kind = "result" if r in results else "arena"
+                b = Buffer(len(buffers), kind, r.type, index=results.get(r, -1))  # type: ignore
             buffers.append(b)
             buf_of[r] = b
         if op.op_name == "prim.reshape":

@@ -12,7 +12,11 @@ flat reshape. Without such a sibling the reduction is left whole (a flat reshape
 which ``split-reductions`` may split to fill the GPU).
 
 Only ``sum``, ``max`` and ``min`` (``reduce_mean`` is a sum by then); a sum of
-f16/bf16 stays whole, so no partial sum is rounded to half precision.
+f16/bf16 stays whole, so no partial sum is rounded to half precision. A half
+tensor's mean is a sum of ``cast(x)`` to f32 (its partial sums are f32): the
+siblings of ``x`` count for it, so its first level is a row sum in f32 over the
+rows another reduction of ``x`` reads (the dispatch stage puts the cast and that
+sum in the same row kernel, which reads ``x`` once).
 
 Example
 -------
@@ -35,8 +39,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accy.choir.attributes import BoolAttr, DenseArrayAttr
-from accy.choir.ir import Operation
+from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
+from accy.choir.ir import Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import ReduceOp
 from accy.preparation.passes.rewrite import (
@@ -47,6 +51,18 @@ from accy.preparation.passes.rewrite import (
 )
 
 READERS = SPLITTABLE_REDUCTIONS + ("semantic.reduce_mean",)
+
+
+def _read(x: Value) -> list[Value]:
+    """``x``, and the half tensor it widens when it is ``cast(y)`` of an f16/bf16 ``y`` to
+    f32 (a half mean's sum): the tensors whose reductions are siblings of one of ``x``."""
+    if isinstance(x, OpResult) and x.op.op_name == "semantic.cast":
+        y = x.op.operands[0]
+        yt, xt = y.type, x.type
+        if isinstance(yt, TensorType) and isinstance(xt, TensorType) and \
+                yt.element.name in ("f16", "bf16") and xt.element.name == "f32":
+            return [x, y]
+    return [x]
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ class SuccessiveReductions(Pass):
         inner = max(axes)
         x = op.operands[0]
         if not any(isinstance(u, ReduceOp) and u is not op and u.op_name in READERS
-                   and u.reduced()[0] == (inner,) for u, _ in x.uses):
+                   and u.reduced()[0] == (inner,) for v in _read(x) for u, _ in v.uses):
             return
         b = Builder(op)
         keep = BoolAttr(keepdims)
