@@ -13,6 +13,7 @@ matmul with the epilogue applied in registers; flash attention
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -543,6 +544,13 @@ def _lane_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[st
     return ep.lines + stores
 
 
+def _int_offsets(k: KernelFuncOp) -> bool:
+    """Every buffer of the kernel has fewer than 2³¹ elements: an offset into any fits
+    an ``int``."""
+    values = [*k.body.args, *k.body.terminator.operands]  # type: ignore[union-attr]
+    return all(math.prod(shape_of(v)) < 2 ** 31 for v in values)
+
+
 def _plain_store(k: KernelFuncOp, mm: Operation) -> bool:
     """The kernel's one output is the matmul's own value (no epilogue): float4 stores."""
     yields = list(k.body.terminator.operands)  # type: ignore[union-attr]
@@ -666,14 +674,17 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         return "\n".join(lines), b.tables
     pre, bnames = _batch_prologue(batch_shape)  # never an empty batch: the plan needs one
     lines += pre
-    # a sub-tile row's vw columns are adjacent: the epilogue takes them together
+    # a sub-tile row's vw columns are adjacent: the epilogue takes them together; its
+    # offsets in 32 bits where every buffer allows (64-bit ones kept values across the
+    # k loop that spilled at the 128 registers two blocks an SM allow)
     raw = [f"acc[i][u * {vw} + {c}]" for c in range(vw)]
+    it = "int" if _int_offsets(k) else "long long"
     lines += ["  #pragma unroll",
               f"  for (int i = 0; i < {mt_m}; ++i) {{",
-              f"    const long long m = m0 + {row};",
+              f"    const {it} m = ({it})m0 + {row};",
               "    #pragma unroll",
               f"    for (int u = 0; u < {mt_n // vw}; ++u) {{",
-              f"      const long long n = n0 + u * {gap_n} + tx * {vw};",
+              f"      const {it} n = ({it})n0 + u * {gap_n} + tx * {vw};",
               *("      " + s for s in _lane_epilogue(k, b, mm, outs, bnames, raw, "f32")),
               "    }",
               "  }",

@@ -68,10 +68,10 @@ def kernel_text(source: str, name: str) -> str:
 
 
 def run(source: str, name: str, grid: int | tuple[int, int, int], threads: int,
-        buffers: list[np.ndarray]) -> None:
+        buffers: list[np.ndarray], prelude: str = "") -> None:
     """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks (x, or x, y, z) of
     ``threads`` on the CPU, its parameters the float32 ``buffers`` (inputs, then outputs,
-    written in place)."""
+    written in place); ``prelude`` (host C++) goes before the kernel."""
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     args = ", ".join(f"b[{i}]" for i in range(len(buffers)))
     # a block's static shared arrays are one array for every thread of the block (blocks
@@ -79,7 +79,7 @@ def run(source: str, name: str, grid: int | tuple[int, int, int], threads: int,
     body = re.sub(r"^(\s*)__shared__ (__align__\(\d+\) )?", r"\1\2static ",
                   kernel_text(source, name).replace(
         "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
-    text = SHIM + body + f"""
+    text = SHIM + prelude + body + f"""
 extern "C" void accy_run(float** b, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;
