@@ -569,6 +569,8 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     two shared buffers: the next k-tile's loads sit in registers while the current
     one is multiplied, one ``__syncthreads`` a k-tile. Explicit ``fmaf`` (the fragment
     compiles without implicit contraction). Shapes divide the tiles: no bounds checks.
+    The epilogue takes a sub-tile row's four adjacent columns together
+    (:func:`_lane_epilogue`: float4 loads and stores).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -816,7 +818,8 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     16-byte chunks XOR-swizzled by row as ``swizzle`` says) while its warps run
     ``mma.sync`` (``plan.mma``) on the oldest: A fragments by ``ldmatrix.x4``,
     B by ``ldmatrix.x4.trans``, f32 accumulators in registers, then the
-    epilogue at every accumulator's (m, n).
+    epilogue at every accumulator's (m, n), two adjacent columns together
+    (:func:`_fragment_epilogue`).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -964,7 +967,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     refilling it. Shared layout: A K-major (a 128-byte row of 64 halves a row of M,
     16-byte chunk ``c`` of row ``r`` at ``c ^ (r % 8)``: the TMA's 128-byte swizzle),
     B N-major (64 rows × 128 bytes a slab, the same swizzle). Then the epilogue at
-    every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout).
+    every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout, two
+    adjacent columns together: :func:`_fragment_epilogue`).
     """
     ins, outs, params = _params(k)
     plan = k.plan
