@@ -13,6 +13,7 @@ matmul with the epilogue applied in registers; flash attention
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -495,6 +496,61 @@ def _matmul_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[
     return ep, stores
 
 
+def _lane_epilogue(k: KernelFuncOp, b: ExprBuilder, mm: Operation, outs: list[str],
+                   bnames: tuple[str, ...], raw: list[str], el: str) -> list[str]:
+    """The fused epilogue at the ``len(raw)`` adjacent output elements (batch…, m, n + l)
+    of one thread (n a multiple of their count), lane l's accumulator ``raw[l]``: each
+    lane's value as :func:`_matmul_epilogue` computes it (the accumulator rounded to the
+    matmul's element ``el``, then the fused ops), then one vector store per output (two
+    halves packed to a word, float2, float4) — or a store per lane where the output is
+    not of the matmul's shape. Inputs read along n are vector loads.
+
+    An output that is the matmul's own value stores the accumulator unrounded: rounding
+    to ``el`` twice rounds as once (the value is then exact in ``el``), so it skips the
+    round trip (its conversions are inline asm the compiler cannot fold)."""
+    vec = len(raw)
+    assert vec in (2, 4)
+    yields = list(k.body.terminator.operands)  # type: ignore[union-attr]
+    value = mm.results[0]
+    ep = Scope([])
+    # inputs read along n: one vector load a lane group (the plan aligned every buffer)
+    vz = _Vectorizer([b], vec, [ep])
+    vz.args = list(k.body.args)
+    b.load_hook = vz
+    idx = bnames + ("m", f"n+{LANE}")
+    fused = any(v is not value for v in yields)
+    vals: list[list[str]] = [[] for _ in yields]
+    for lane in range(vec):
+        if fused:
+            ep.lines.append(f"const float accv{lane} = {round_compute(raw[lane], el)};")
+        b.bound[value] = f"accv{lane}"
+        for oi, v in enumerate(yields):
+            vals[oi].append(raw[lane] if v is value else b.expr(v, idx, ep, lane))
+    b.load_hook = None
+    out_shape = shape_of(value)
+    stores = []
+    for oi, v in enumerate(yields):
+        ve = elem_of(v)
+        off = b.offset(shape_of(v), bnames + ("m", "n"), 0)
+        if shape_of(v) != out_shape or out_shape[-1] % vec or \
+                ve not in ("f32", "f16", "bf16"):
+            stores += [f"{outs[oi]}[{b.offset(shape_of(v), idx, lane)}] = "
+                       f"{store_convert(vals[oi][lane], ve)};" for lane in range(vec)]
+        elif ve == "f32":
+            stores.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + {off}) = "
+                          f"make_float{vec}({', '.join(vals[oi])});")
+        else:
+            stores.append(half_store(f"{outs[oi]} + {off}", vals[oi], ve))
+    return ep.lines + stores
+
+
+def _int_offsets(k: KernelFuncOp) -> bool:
+    """Every buffer of the kernel has fewer than 2³¹ elements: an offset into any fits
+    an ``int``."""
+    values = [*k.body.args, *k.body.terminator.operands]  # type: ignore[union-attr]
+    return all(math.prod(shape_of(v)) < 2 ** 31 for v in values)
+
+
 def _plain_store(k: KernelFuncOp, mm: Operation) -> bool:
     """The kernel's one output is the matmul's own value (no epilogue): float4 stores."""
     yields = list(k.body.terminator.operands)  # type: ignore[union-attr]
@@ -513,6 +569,8 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     two shared buffers: the next k-tile's loads sit in registers while the current
     one is multiplied, one ``__syncthreads`` a k-tile. Explicit ``fmaf`` (the fragment
     compiles without implicit contraction). Shapes divide the tiles: no bounds checks.
+    The epilogue takes a sub-tile row's four adjacent columns together
+    (:func:`_lane_epilogue`: float4 loads and stores).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -603,9 +661,8 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    }",
               "    __syncthreads();",
               "  }"]
-    # accumulator (i, j) is output (m0 + row(i), n0 + col(j))
+    # accumulator (i, j) is output (m0 + row(i), n0 + (j / vw) * gap_n + tx * vw + j % vw)
     row = f"(i / {vw}) * {gap_m} + ty * {vw} + i % {vw}"
-    col = f"(j / {vw}) * {gap_n} + tx * {vw} + j % {vw}"
     if _plain_store(k, mm):
         lines += [f"  float* Cg = {outs[0]} + bz * {m_ * n_}LL + m0 * {n_} + n0;",
                   "  #pragma unroll",
@@ -619,15 +676,18 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         return "\n".join(lines), b.tables
     pre, bnames = _batch_prologue(batch_shape)  # never an empty batch: the plan needs one
     lines += pre
-    ep, stores = _matmul_epilogue(k, b, mm, outs, bnames)
+    # a sub-tile row's vw columns are adjacent: the epilogue takes them together; its
+    # offsets in 32 bits where every buffer allows (64-bit ones kept values across the
+    # k loop that spilled at the 128 registers two blocks an SM allow)
+    raw = [f"acc[i][u * {vw} + {c}]" for c in range(vw)]
+    it = "int" if _int_offsets(k) else "long long"
     lines += ["  #pragma unroll",
               f"  for (int i = 0; i < {mt_m}; ++i) {{",
-              f"    const long long m = m0 + {row};",
+              f"    const {it} m = ({it})m0 + {row};",
               "    #pragma unroll",
-              f"    for (int j = 0; j < {mt_n}; ++j) {{",
-              f"      const long long n = n0 + {col};",
-              "      const float accv = acc[i][j];",
-              *("      " + s for s in ep.lines + stores),
+              f"    for (int u = 0; u < {mt_n // vw}; ++u) {{",
+              f"      const {it} n = ({it})n0 + u * {gap_n} + tx * {vw};",
+              *("      " + s for s in _lane_epilogue(k, b, mm, outs, bnames, raw, "f32")),
               "    }",
               "  }",
               "}"]
@@ -725,22 +785,26 @@ def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _fragment_epilogue(loops: list[tuple[str, int]], row: str, col: str, acc: str,
-                       body: list[str], indent: str) -> list[str]:
+def _fragment_epilogue(loops: list[tuple[str, int]], row: str, col: str,
+                       acc: Callable[[str], str], epilogue: Callable[[list[str]], list[str]],
+                       indent: str) -> list[str]:
     """The epilogue over accumulators in the tensor cores' m16n8 C-fragment layout
     (``mma.sync`` and ``wgmma`` alike): inside ``loops`` (index, count) over the 16×8
     tiles, a tile at block row ``row`` and column ``col`` holds in accumulator ``h`` the
     output row ``lane/4`` (+8 for h ≥ 2) and column ``2·(lane%4)`` (+1 for odd h);
-    ``acc`` is its value (bound to ``accv``), ``body`` what the epilogue does with it."""
+    ``acc(h)`` is accumulator ``h`` of the tile. Each pair h, h + 1 is two adjacent
+    columns (n, n + 1) of row m: ``epilogue`` (:func:`_lane_epilogue` of the two
+    accumulators) says what is done with them."""
     out: list[str] = []
     pad = indent
-    for name, count in [*loops, ("h", 4)]:
+    for name, count in loops:
         out += [f"{pad}#pragma unroll", f"{pad}for (int {name} = 0; {name} < {count}; ++{name}) {{"]
         pad += "  "
+    out += [f"{pad}#pragma unroll", f"{pad}for (int h = 0; h < 4; h += 2) {{"]
+    pad += "  "
     out += [f"{pad}const long long m = m0 + {row} + (lane >> 2) + (h >> 1) * 8;",
-            f"{pad}const long long n = n0 + {col} + (lane & 3) * 2 + (h & 1);",
-            f"{pad}const float accv = {acc};",
-            *(pad + line for line in body)]
+            f"{pad}const long long n = n0 + {col} + (lane & 3) * 2;",
+            *(pad + line for line in epilogue([acc("h"), acc("h + 1")]))]
     for _ in range(len(loops) + 1):
         pad = pad[:-2]
         out.append(f"{pad}}}")
@@ -754,7 +818,8 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     16-byte chunks XOR-swizzled by row as ``swizzle`` says) while its warps run
     ``mma.sync`` (``plan.mma``) on the oldest: A fragments by ``ldmatrix.x4``,
     B by ``ldmatrix.x4.trans``, f32 accumulators in registers, then the
-    epilogue at every accumulator's (m, n).
+    epilogue at every accumulator's (m, n), two adjacent columns together
+    (:func:`_fragment_epilogue`).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -861,10 +926,10 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    }",
               "  }",
               "  asm volatile(\"cp.async.wait_group 0;\" ::);"]
-    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
     lines += _fragment_epilogue([("i", mt), ("j", nt)], f"wm * {wtm} + i * 16",
-                                f"wn * {wtn} + j * 8", round_compute("acc[i][j][h]", el),
-                                ep.lines + stores, "  ")
+                                f"wn * {wtn} + j * 8", lambda h: f"acc[i][j][{h}]",
+                                lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames), raw,
+                                                           el), "  ")
     lines.append("}")
     return "\n".join(lines), b.tables
 
@@ -902,7 +967,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     refilling it. Shared layout: A K-major (a 128-byte row of 64 halves a row of M,
     16-byte chunk ``c`` of row ``r`` at ``c ^ (r % 8)``: the TMA's 128-byte swizzle),
     B N-major (64 rows × 128 bytes a slab, the same swizzle). Then the epilogue at
-    every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout).
+    every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout, two
+    adjacent columns together: :func:`_fragment_epilogue`).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -1001,12 +1067,12 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "      #pragma unroll",
               f"      for (int i = 0; i < {n_acc}; ++i) asm volatile(\"\" : \"+f\"(d[mt][i]) :: "
               "\"memory\");"]
-    ep, stores = _matmul_epilogue(k, b, mm, outs, tuple(bnames))
     # warp wq of the consumer holds rows 16·wq … of its 64-row slices
     lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
                                 f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
-                                round_compute("d[mt][4 * j + h]", el), ep.lines + stores,
-                                "    ")
+                                lambda h: f"d[mt][4 * j + {h}]",
+                                lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames), raw,
+                                                           el), "    ")
     lines += ["  }", "}"]
     return "\n".join(lines), b.tables
 

@@ -84,21 +84,25 @@ def kernel_text(source: str, name: str) -> str:
     return source[start:end]
 
 
-def run(source: str, name: str, grid: int, threads: int, buffers: list[np.ndarray]) -> None:
-    """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks of ``threads`` on the CPU,
-    its parameters the contiguous ``buffers`` (inputs, then outputs, written in place), in
-    the kernel's storage types: float32, float16, or uint16 bit patterns for bf16."""
+def run(source: str, name: str, grid: int | tuple[int, int, int], threads: int,
+        buffers: list[np.ndarray], prelude: str = "") -> None:
+    """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks (x, or x, y, z) of
+    ``threads`` on the CPU, its parameters the contiguous ``buffers`` (inputs, then
+    outputs, written in place), in the kernel's storage types: float32, float16, or uint16
+    bit patterns for bf16; ``prelude`` (host C++) goes before the kernel."""
     assert all(b.flags.c_contiguous for b in buffers)
+    gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
     args = ", ".join(f"accy_param{{b[{i}]}}" for i in range(len(buffers)))
     # a block's static shared arrays are one array for every thread of the block (blocks
     # run one after another): a static local of the kernel function
-    body = re.sub(r"^(\s*)__shared__ ", r"\1static ", kernel_text(source, name).replace(
+    body = re.sub(r"^(\s*)__shared__ (__align__\(\d+\) )?", r"\1\2static ",
+                  kernel_text(source, name).replace(
         "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
-    text = SHIM + body + f"""
-extern "C" void accy_run(void** b, int grid, int threads) {{
+    text = SHIM + prelude + body + f"""
+extern "C" void accy_run(void** b, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;
-  blockDim = {{(unsigned)threads, 1, 1}}; gridDim = {{(unsigned)grid, 1, 1}};
+  blockDim = {{(unsigned)threads, 1, 1}}; gridDim = {{{gx}u, {gy}u, {gz}u}};
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   for (int w = 0; w * 32 < threads; ++w) {{
     warps.emplace_back(new std::barrier<>(threads - w * 32 < 32 ? threads - w * 32 : 32));
@@ -110,8 +114,9 @@ extern "C" void accy_run(void** b, int grid, int threads) {{
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t)
     ts.emplace_back([=, &next_block] {{
-      for (int g = 0; g < grid; ++g) {{
-        threadIdx = {{(unsigned)t, 0, 0}}; blockIdx = {{(unsigned)g, 0, 0}};
+      for (unsigned g = 0; g < {gx * gy * gz}u; ++g) {{
+        threadIdx = {{(unsigned)t, 0, 0}};
+        blockIdx = {{g % {gx}u, g / {gx}u % {gy}u, g / {gx * gy}u}};
         {name}({args});
         next_block.arrive_and_wait();
       }}
@@ -129,4 +134,4 @@ extern "C" void accy_run(void** b, int grid, int threads) {{
             raise RuntimeError(f"the kernel does not build on the host:\n{built.stderr}")
         lib = ctypes.CDLL(so)
         ptrs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
-        lib.accy_run(ptrs, grid, threads)
+        lib.accy_run(ptrs, threads)

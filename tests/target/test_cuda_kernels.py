@@ -266,8 +266,12 @@ def test_ffma_variants_compile(tiles, epilogue: bool) -> None:  # type: ignore[n
     k = kernel_text(text, "k0_matmul")
     assert f"__launch_bounds__({tm * tn // 64}, " in text
     assert f"float As[2][{tk}][{tm + 4}];" in k and f"float Bs[2][{tk}][{tn}];" in k
-    assert ("const float accv = acc[i][j];" in k) == epilogue
-    assert ("make_float4(" in k) != epilogue
+    # the epilogue takes a sub-tile row's four adjacent columns together: a float4 load
+    # of the bias, one float4 store
+    assert ("const float accv0 = acc[i][u * 4 + 0];" in k) == epilogue
+    assert ("__ldg(reinterpret_cast<const float4*>(in2 + (n)))" in k) == epilogue
+    assert ("*reinterpret_cast<float4*>(Cr + " in k) != epilogue
+    assert "make_float4(" in k
     cubin(text)
 
 

@@ -1,0 +1,161 @@
+"""The tensor-core matmuls' epilogue (``mma.sync`` and ``wgmma``: accumulators in the
+m16n8 C-fragment layout) run on the CPU (:mod:`cuda_on_cpu`).
+
+Their main loops (``ldmatrix``, ``mma.sync``, TMA, ``wgmma``) cannot run here, so the
+test keeps the emitted kernel's prologue and epilogue and puts in place of the main
+loop accumulators filled from a matrix, each where the fragment layout says it is
+(PTX ISA, "Matrix Fragments for mma.m16n8k16": accumulator ``h`` of lane ``l`` is row
+``l / 4`` (+8 for ``h`` ≥ 2), column ``2·(l % 4)`` (+1 for odd ``h``) of its 16×8
+tile). The epilogue must then write every output element where it belongs, as the
+reference computes it — the pairs of columns packed in one word, low half first.
+The packing helpers are modelled on the host by the host target's conversions
+(round to nearest even, as ``cvt.rn.bf16x2.f32`` and ``cvt.rn.f16x2.f32`` round each
+half).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cuda_on_cpu  # noqa: E402
+from stage_programs import graph  # noqa: E402
+from test_cuda_kernels import HOPPER, MMA_SYNC, matmul, target_job  # noqa: E402
+
+from accy.dialects.kernel import KernelFuncOp  # noqa: E402
+from accy.reference import run_reference  # noqa: E402
+
+needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C++20)")
+
+HOST = r"""
+static inline unsigned int accy_pack_bf2(float lo, float hi) {
+  return accy_f2bf(lo) | ((unsigned int)accy_f2bf(hi) << 16);
+}
+static inline unsigned int accy_pack_h2(float lo, float hi) {
+  return accy_f2h(lo) | ((unsigned int)accy_f2h(hi) << 16);
+}
+"""
+"""The pack helpers on the host, over the shim's round-to-nearest-even conversions."""
+
+HALF = {"bf16": None, "f16": np.float16}
+
+
+def to_bits(x: np.ndarray, element: str) -> np.ndarray:
+    """``x`` (exact in ``element``) as its 16-bit patterns."""
+    if element == "f16":
+        return x.astype(np.float16).view(np.uint16)
+    return (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def from_bits(bits: np.ndarray, element: str) -> np.ndarray:
+    if element == "f16":
+        return bits.view(np.float16).astype(np.float32)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
+    """Kernel ``k`` of ``text`` with its main loop replaced by accumulators read from an
+    extra parameter ``accsrc`` (the matmul's f32 values, row-major), its parameters all
+    ``float*`` (cast back inside); and the macro ``ACC`` (tile, tile, h) it reads them
+    with."""
+    body = cuda_on_cpu.kernel_text(text, k.sym_name)
+    head, rest = body.split("\n", 1)
+    start = head.index(f" {k.sym_name}(") + len(k.sym_name) + 2
+    decls = [d for d in head[start:head.rindex(")")].split(", ")
+             if "accy_tmap" not in d]
+    casts = []
+    for i, d in enumerate(decls):
+        ctype, name = d.rsplit(" ", 1)
+        ctype = ctype.replace(" __restrict__", "")
+        casts.append(f"  {ctype} {name} = reinterpret_cast<{ctype}>(p{i});")
+    params = ", ".join(f"float* p{i}" for i in range(len(decls) + 1))
+    plan = k.plan
+    acc_lines: list[str]
+    if plan.mapping == "mma-tiled":
+        (wtm, wtn), (mt, nt) = plan.warp_tile, (plan.warp_tile[0] // 16, plan.warp_tile[1] // 8)
+        prologue = rest[:rest.index("  const unsigned short* Ag")]
+        epilogue = rest[rest.index('cp.async.wait_group 0;" ::);') + 29:]
+        row, col = f"wm * {wtm} + (I) * 16", f"wn * {wtn} + (J) * 8"
+        acc_lines = [f"  float acc[{mt}][{nt}][4];",
+                     f"  for (int i = 0; i < {mt}; ++i) for (int j = 0; j < {nt}; ++j)",
+                     "    for (int h = 0; h < 4; ++h) acc[i][j][h] = ACC(i, j, h);"]
+    else:
+        per, tn = plan.warps[1], plan.tile[1]
+        prologue = "\n".join(line for line in rest[:rest.index("  const int kts")].splitlines()
+                             if "smem_raw" not in line and "bars" not in line) + "\n"
+        epilogue = rest[rest.index('"+f"(d[mt][i]) :: "memory");') + 27:]
+        row, col = f"(cw * {per} + (I)) * 64 + wq * 16", "(J) * 8"
+        acc_lines = ["  if (wg == 0) return;",
+                     "  {",
+                     "    const int cw = wg - 1;",
+                     f"    float d[{per}][{tn // 2}];",
+                     f"    for (int mt = 0; mt < {per}; ++mt) for (int j = 0; j < {tn // 8}; ++j)",
+                     "      for (int h = 0; h < 4; ++h) d[mt][4 * j + h] = ACC(mt, j, h);"]
+    m, n = plan.grid[1] * plan.tile[0], plan.grid[0] * plan.tile[1]
+    acc = (f"#define ACC(I, J, H) accsrc[(bz * {m} + m0 + {row} + (lane >> 2) + ((H) >> 1) * 8)"
+           f" * {n} + n0 + {col} + (lane & 3) * 2 + ((H) & 1)]")
+    text = "\n".join([f'extern "C" __global__ void epi({params}) {{', *casts,
+                      f"  const float* accsrc = p{len(decls)};", prologue.rstrip("\n"),
+                      *acc_lines, epilogue.rstrip("\n"), ""])
+    return text, acc + "\n"
+
+
+def run_epilogue(sm, target: str, opts: tuple[str, ...], element: str) \
+        -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+    """The epilogue of the program's matmul kernels on the CPU, each from the f32 matmul
+    of its (exact) inputs, against the reference; the outputs and the reference's."""
+    job = target_job(sm, {}, opts, target)
+    text = job.module.attributes["target.source"].value
+    ks = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    rng = np.random.default_rng(0)
+    ins = [rng.integers(-2, 3, tuple(t.shape)).astype(np.float32)
+           for t in sm.entry().function_type.inputs]
+    want = run_reference(sm.module, [x.astype(HALF[element] or np.float32) for x in ins])
+    (k,) = ks
+    assert k.plan.mapping in ("mma-tiled", "wgmma-tiled")
+    kernel, acc_macro = epilogue_kernel(text, k)
+    a, b = ins[0], ins[1]
+    accsrc = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    bufs = [to_bits(x, element) for x in ins]
+    outs = [np.zeros(tuple(t.shape), np.uint16) for t in sm.entry().function_type.results]
+    cuda_on_cpu.run(kernel, "epi", tuple(k.plan.grid), k.plan.block[0],
+                    bufs + outs + [np.ascontiguousarray(accsrc)], prelude=HOST + acc_macro)
+    return [from_bits(o, element) for o in outs], [np.asarray(w, np.float32) for w in want]
+
+
+CASES = [("mma", "cuda:sm_90", MMA_SYNC), ("wgmma", HOPPER, ())]
+
+
+@needs_cxx
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias-relu"])
+@pytest.mark.parametrize("kind,target,opts", CASES, ids=[c[0] for c in CASES])
+def test_the_fragment_epilogue_writes_every_element_as_the_reference(
+        kind: str, target: str, opts: tuple[str, ...], epilogue: bool, element: str) -> None:
+    """Small integers: every value (the matmul's, the bias's, their sum) is exact in
+    the element type, so the outputs equal the reference's bit for bit."""
+    got, want = run_epilogue(matmul(128, 256, 64, element, (), epilogue), target, opts,
+                             element)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@needs_cxx
+def test_a_batched_fragment_epilogue_finds_each_batch() -> None:
+    got, want = run_epilogue(matmul(128, 128, 64, "bf16", (2,), True), "cuda:sm_90",
+                             MMA_SYNC, "bf16")
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_the_mlp_block_in_bf16_packs_its_epilogue_pairs() -> None:
+    """Both matmuls of the bf16 MLP block: gelu's and the bias's results rounded per
+    element, then a pair of columns one 32-bit store."""
+    job = target_job(graph("mlp", "bf16"), {0: (4096, 256)})
+    text = job.module.attributes["target.source"].value
+    assert text.count("= accy_pack_bf2(") == 2
+    assert "accy_f2bf(accv" not in text
