@@ -135,7 +135,7 @@ def run_shape(batch: int, seq: int, head: int, variants: list[list[str]],
 
     name = f"attention{batch}x{seq}x{head}"
     text = program_text(seq, head)
-    shapes = [(batch, seq, head)] * 3
+    shapes: list[tuple[int, ...]] = [(batch, seq, head)] * 3
     flops = 4 * batch * seq * seq * head
     nbytes = 4 * 4 * batch * seq * head  # q, k, v read, o written
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         key = "x".join(map(str, shape))
         try:
-            entry = run_shape(*shape, variants, args)  # type: ignore[misc]
+            b, s, h = shape
+            entry = run_shape(b, s, h, variants, args)
         except Exception as e:  # one shape's failure is recorded, the run goes on
             entry = {"shape": list(shape), "error": f"{type(e).__name__}: {e}"[:2000],
                      "ok": False}

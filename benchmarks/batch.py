@@ -43,7 +43,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-PROGRAMS = {  # program → shape bindings for a given row count
+PROGRAMS: dict[str, Any] = {  # program → shape bindings for a given row count
     "softmax.mlir": lambda r: {0: (r, 1024)},
     "layernorm.mlir": lambda r: {0: (r, 4096)},
     "rmsnorm.mlir": lambda r: {0: (r, 4096)},
@@ -203,7 +203,7 @@ class CpuMeter:
         import psutil
 
         names = {t.native_id: t.name for t in threading.enumerate()}
-        threads = {}
+        threads: dict[str, float] = {}
         for t in self.me.threads():
             name = "client_io_loop" if names.get(t.id) == "IO loop" else "client_other"
             threads[name] = threads.get(name, 0.0) + t.user_time + t.system_time

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 GRAPHS = sorted((Path(__file__).resolve().parents[1] / "graphs").glob("*.mlir"))
@@ -40,7 +41,7 @@ EXTREMES = ("0", "1", "-1", "2", "3", "7", "64", "4096", "65535", "2147483648",
 ELEMENTS = ("f32", "f16", "bf16", "f64", "i1", "i8", "i32", "i64", "ui8", "index")
 
 
-def semantic_mutations(seeds: list[str], count: int, seed: int) -> object:
+def semantic_mutations(seeds: list[str], count: int, seed: int) -> Iterator[str]:
     """Mutants that still parse as often as not: literals and element types changed."""
     import random
     import re

@@ -47,7 +47,8 @@ def program(n_bytes: int) -> str:
     head = ('"builtin.module"() ({\n'
             f'  "func.func"() <{{function_type = ({t}) -> {t}, sym_name = "main"}}> ({{\n'
             f'  ^bb0(%x: {t}):\n')
-    lines, size, prev = [], len(head), "%x"
+    lines: list[str] = []
+    size, prev = len(head), "%x"
     while size < n_bytes:
         line = f'    %{len(lines)} = "semantic.add"({prev}, %x) : ({t}, {t}) -> {t}\n'
         lines.append(line)

@@ -127,8 +127,14 @@ def arg_shapes(sm: Any, rows: int, cols: int) -> list[tuple[int, ...]]:
     return shapes
 
 
+def element_name(t: Any) -> str:
+    """The element type's name of a tensor type (``f32``…)."""
+    return str(t.element.name)
+
+
 def flops(sm: Any, shapes: list[tuple[int, ...]]) -> int:
     """2·M·N·K for every matmul of the program (batch dims multiplied in)."""
+    from accy.choir.attributes import TensorType
     from accy.pipeline import prepare_through
     from accy.preparation.options import RunOptions
 
@@ -137,7 +143,9 @@ def flops(sm: Any, shapes: list[tuple[int, ...]]) -> int:
     total = 0
     for op in contract.module.walk():
         if op.op_name == "semantic.matmul":
-            total += 2 * math.prod(op.results[0].type.shape) * op.operands[0].type.shape[-1]
+            out, a = op.results[0].type, op.operands[0].type
+            assert isinstance(out, TensorType) and isinstance(a, TensorType)
+            total += 2 * math.prod(d or 0 for d in out.shape) * (a.shape[-1] or 0)
     return total
 
 
@@ -373,12 +381,12 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         x = torch.randn(s, generator=gen, device="cuda", dtype=torch.float32)
         if case["kind"] == "matmul" or case["graph"] == "mlp":
             x = x / math.sqrt(s[0])  # keep products O(1)
-        inputs.append(x.to(getattr(torch, TORCH_DTYPES[t.element.name])))
+        inputs.append(x.to(getattr(torch, TORCH_DTYPES[element_name(t)])))
     program = torch_program(sm.module)
     ref = program(*[x.float() if x.is_floating_point() else x for x in inputs])
     out_types = func.function_type.results
     nbytes = sum(x.numel() * x.element_size() for x in inputs) + sum(
-        r.numel() * torch.empty((), dtype=getattr(torch, TORCH_DTYPES[t.element.name]))
+        r.numel() * torch.empty((), dtype=getattr(torch, TORCH_DTYPES[element_name(t)]))
         .element_size() for r, t in zip(ref, out_types))
     nflops = flops(sm, shapes)
     entry: dict[str, Any] = {"element": case["element"], "shapes": shapes,
