@@ -119,15 +119,9 @@ class VariantRequest:
         return cached
 
     def template(self, stage_name: str) -> dict[str, Any]:
-        """The stage's key template for this variant (:func:`stage_template`, memoized)."""
-        memo = self.__dict__.get("_templates")
-        if memo is None:
-            memo = {}
-            object.__setattr__(self, "_templates", memo)
-        t = memo.get(stage_name)
-        if t is None:
-            t = memo[stage_name] = stage_template(stage_name, self.run_options(), self.shapes)
-        return t
+        """The stage's key template for this variant (:func:`stage_template`: one dict per
+        distinct template in the process)."""
+        return stage_template(stage_name, self.run_options(), self.shapes)
 
     def preparation_request(self) -> PreparationRequest:
         return PreparationRequest(source=self.program, variant=self.variant,

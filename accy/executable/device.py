@@ -593,20 +593,8 @@ class GraphTimer:
         import cupy
 
         stream = cupy.cuda.get_current_stream()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        out = []
-        for _ in range(repeats):
-            start.record(stream)
-            self.graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            out.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / self.number)
-        return out
-
-
-def time_cuda_graph(run: Any, number: int, repeats: int) -> list[float]:
-    """As :func:`time_cuda`, the ``number`` calls a CUDA graph (:class:`GraphTimer`)."""
-    return GraphTimer(run, number)(repeats)
+        return [t / self.number for t in time_cuda(lambda: self.graph.launch(stream), 1,
+                                                   repeats)]
 
 
 def cuda_synchronize() -> None:

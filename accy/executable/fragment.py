@@ -56,30 +56,26 @@ class _Ready:
         import cupy
 
         stream = cupy.cuda.get_current_stream()
-        if _capturing(stream):  # inside another capture (a timer's): the kernels
-            for launch in self.launches:
-                launch(stream)
-            return
-        if self.graph is not None:
-            self.graph.launch(stream)
-            return
-        self.runs += 1
-        if self.runs == 2 and GRAPHS and len(self.launches) > 1:
-            from accy.executable.device import capture_graph
+        if GRAPHS and len(self.launches) > 1 and (self.graph is not None or self.runs == 1):
+            if _capturing(stream):  # inside another capture (a timer's): its kernels
+                self._enqueue(stream)
+                return
+            if self.graph is None:  # the second run: capture (once; None if it cannot)
+                from accy.executable.device import capture_graph
 
-            try:
-                self.graph = capture_graph(self._enqueue)
-            except Exception:  # noqa: BLE001 - not capturable here: launch one by one
-                self.graph = None
+                try:
+                    self.graph = capture_graph(self._enqueue)
+                except Exception:  # noqa: BLE001 - not capturable here: launch one by one
+                    self.graph = None
             if self.graph is not None:
                 self.graph.launch(stream)
                 return
+        self.runs += 1
+        self._enqueue(stream)
+
+    def _enqueue(self, stream: Any = None) -> None:
         for launch in self.launches:
             launch(stream)
-
-    def _enqueue(self) -> None:
-        for launch in self.launches:
-            launch()
 
 
 def _capturing(stream: Any) -> bool:
@@ -268,6 +264,11 @@ class LoadedFragment:
                     self._ready.pop(next(iter(self._ready)))
                 self._ready[key] = ready
         ready.run()
+
+    @property
+    def graphed(self) -> bool:
+        """Whether :meth:`launch_all` replays a CUDA graph for some set of addresses."""
+        return any(r.graph is not None for r in self._ready.values())
 
     def _device_arena(self) -> Any:
         import cupy

@@ -205,10 +205,11 @@ def _compiled(item: Any) -> Any:
 
 
 def _measure(run: Callable[[], None], device: str, reps: int) \
-        -> tuple[list[float], int, Any]:
-    """Seconds per call over ``reps`` repeats, the calls per repeat, and on a GPU the
-    timer (a :class:`~accy.executable.device.GraphTimer`, or None where the calls
-    cannot be captured: they are then timed as launches, ``time_cuda``)."""
+        -> tuple[list[float], int, str]:
+    """Seconds per call over ``reps`` repeats, the calls per repeat, and how they were
+    timed (``timed_as``): ``graph`` (a :class:`~accy.executable.device.GraphTimer`),
+    ``launches`` on a GPU where the calls cannot be captured (``time_cuda``), ``clock``
+    on the host."""
     if device == "cuda":
         from accy.executable.device import GraphTimer, cuda_synchronize, time_cuda
 
@@ -223,15 +224,15 @@ def _measure(run: Callable[[], None], device: str, reps: int) \
         try:
             timer = GraphTimer(run, number)
         except Exception:  # noqa: BLE001 - not capturable: time the launches
-            return time_cuda(run, number, reps), number, None
-        return timer(reps), number, timer
+            return time_cuda(run, number, reps), number, "launches"
+        return timer(reps), number, "graph"
     for _ in range(WARMUP):
         run()
     t0 = time.perf_counter_ns()
     run()
     one = (time.perf_counter_ns() - t0) / 1e9
     number = max(1, min(MAX_NUMBER["host"], math.ceil(REPEAT_S / max(one, 1e-9))))
-    return _host_repeats(run, number, reps), number, None
+    return _host_repeats(run, number, reps), number, "clock"
 
 
 def _host_repeats(run: Callable[[], None], number: int, reps: int) -> list[float]:
@@ -302,12 +303,9 @@ def time_group_task(spec: dict[str, Any], module_wire: bytes, *fragments: Any) \
                 if signature not in prepared:
                     prepared[signature] = loaded.prepare(inputs)[0]
                 args, results = prepared[signature], loaded.allocate_results()
-                times, number, timer = _measure(
+                times, number, timed_as = _measure(
                     functools.partial(loaded.launch_all, args, results), kind,
                     int(spec["reps"]))
-                timed_as = ("clock" if kind != "cuda" else
-                            "graph" if timer is not None else "launches")
-                del timer, results  # one variant's buffers and graph at a time
             except Exception as e:  # noqa: BLE001 - one variant's failure is reported
                 row.update(status="failed", failure={"stage": "time", "message":
                                                      f"{type(e).__name__}: {e}"})

@@ -149,8 +149,8 @@ def reductions(rows: int, cols: int, element: str = "f32") -> SemanticModule:
     return SemanticModule.from_text(with_element(text, element))
 
 
-def input_reads(job) -> int:  # type: ignore[no-untyped-def]
-    """Launches that read argument 0 (through any view of it)."""
+def buffer_root(job):  # type: ignore[no-untyped-def]
+    """Buffer id → the buffer it is a view of (through every alias), in the job's plan."""
     specs = {s.id: s for s in (BufferSpec.from_attr(a)
                                for a in job.module.attributes["target.buffers"].values)}
 
@@ -159,6 +159,12 @@ def input_reads(job) -> int:  # type: ignore[no-untyped-def]
             i = specs[i].alias_of
         return specs[i]
 
+    return root
+
+
+def input_reads(job) -> int:  # type: ignore[no-untyped-def]
+    """Launches that read argument 0 (through any view of it)."""
+    root = buffer_root(job)
     return sum(any(root(i).kind == "arg" for i in dict(launch.entries)["buffers"].values)
                for launch in job.module.attributes["target.launches"].values)
 
@@ -202,14 +208,7 @@ def test_the_reductions_write_their_results_in_four_launches(element: str) -> No
     assert len(launches(job)) == 4
     assert all(any(op.op_name == "prim.reduce" for op in k.body.ops) for k in kernels)
     assert input_reads(job) == 2  # the row kernel and the column max's first level
-    specs = {s.id: s for s in (BufferSpec.from_attr(a)
-                               for a in job.module.attributes["target.buffers"].values)}
-
-    def root(i: int) -> BufferSpec:
-        while specs[i].kind == "alias":
-            i = specs[i].alias_of
-        return specs[i]
-
+    root = buffer_root(job)
     written = [root(i).index for op in job.module.entry().body.ops if op.op_name ==
                "kernel.launch" for i in op.attr("memory.outputs").values
                if root(i).kind == "result"]

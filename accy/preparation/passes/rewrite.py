@@ -20,6 +20,7 @@ Example
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from accy.choir.attributes import (
     Attribute,
@@ -30,6 +31,7 @@ from accy.choir.attributes import (
     Type,
 )
 from accy.choir.ir import Block, Operation, OpResult, Value
+from accy.choir.passes import Pass, PassContext
 from accy.dialects.semantic import ReduceOp, SemanticOp
 
 
@@ -91,11 +93,31 @@ partial sums): what the tensor stage may split or reorder."""
 
 def splittable_reductions(root: Operation) -> Iterator[ReduceOp]:
     """Every :data:`SPLITTABLE_REDUCTIONS` op nested in ``root`` (a snapshot per block,
-    so a rewrite may replace the op it is given)."""
+    so a rewrite may replace the op it is given) but a sum of f16/bf16: it accumulates
+    once and rounds once, where partial sums would each be rounded to half precision."""
     for block in blocks(root):
         for op in list(block.ops):
-            if isinstance(op, ReduceOp) and op.op_name in SPLITTABLE_REDUCTIONS:
+            if isinstance(op, ReduceOp) and op.op_name in SPLITTABLE_REDUCTIONS and not (
+                    op.op_name == "semantic.reduce_sum"
+                    and op.tensor_operand(0).element.name in ("f16", "bf16")):
                 yield op
+
+
+@dataclass(frozen=True)
+class ReductionRewrite(Pass):
+    """A tensor-stage pass that rewrites each of :func:`splittable_reductions` (its
+    ``_rewrite``), unless ``enabled`` is off."""
+
+    enabled: bool = True
+
+    def apply(self, ctx: PassContext, module: Operation) -> None:
+        if not self.enabled:
+            return
+        for op in splittable_reductions(module):
+            self._rewrite(ctx, op)
+
+    def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
+        raise NotImplementedError
 
 
 def defining_op(v: Value) -> Operation | None:

@@ -41,13 +41,13 @@ import math
 from dataclasses import dataclass
 
 from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
-from accy.choir.ir import Operation, OpResult, Value
-from accy.choir.passes import Pass, PassContext
+from accy.choir.ir import OpResult, Value
+from accy.choir.passes import PassContext
 from accy.dialects.semantic import ReduceOp
 from accy.preparation.passes.rewrite import (
     Builder,
+    ReductionRewrite,
     replace_op,
-    splittable_reductions,
 )
 
 FEW_OUTPUTS = 1024
@@ -91,25 +91,15 @@ def _view(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
 
 
 @dataclass(frozen=True)
-class SplitReductions(Pass):
+class SplitReductions(ReductionRewrite):
     """Split long reductions with few outputs into two (GPU targets)."""
 
     name = "split-reductions"
-
-    enabled: bool = True
-
-    def apply(self, ctx: PassContext, module: Operation) -> None:
-        if not self.enabled:
-            return
-        for op in splittable_reductions(module):
-            self._rewrite(ctx, op)
 
     def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
         t = op.tensor_operand(0)
         if not t.is_static or not isinstance(op.declared, TensorType) or \
                 not op.declared.is_static:
-            return
-        if op.op_name == "semantic.reduce_sum" and t.element.name in ("f16", "bf16"):
             return
         axes, _ = op.reduced()
         ordered = sorted(axes)

@@ -40,14 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accy.choir.attributes import BoolAttr, DenseArrayAttr, TensorType
-from accy.choir.ir import Operation, OpResult, Value
-from accy.choir.passes import Pass, PassContext
+from accy.choir.ir import OpResult, Value
+from accy.choir.passes import PassContext
 from accy.dialects.semantic import ReduceOp
 from accy.preparation.passes.rewrite import (
     SPLITTABLE_REDUCTIONS,
     Builder,
+    ReductionRewrite,
     replace_op,
-    splittable_reductions,
 )
 
 READERS = SPLITTABLE_REDUCTIONS + ("semantic.reduce_mean",)
@@ -66,25 +66,14 @@ def _read(x: Value) -> list[Value]:
 
 
 @dataclass(frozen=True)
-class SuccessiveReductions(Pass):
+class SuccessiveReductions(ReductionRewrite):
     """Split a multi-axis reduction innermost axis first where a sibling reduces that axis."""
 
     name = "successive-reductions"
 
-    enabled: bool = True
-
-    def apply(self, ctx: PassContext, module: Operation) -> None:
-        if not self.enabled:
-            return
-        for op in splittable_reductions(module):
-            self._rewrite(ctx, op)
-
     def _rewrite(self, ctx: PassContext, op: ReduceOp) -> None:
         axes, keepdims = op.reduced()
         if len(axes) < 2:
-            return
-        t = op.tensor_operand(0)
-        if op.op_name == "semantic.reduce_sum" and t.element.name in ("f16", "bf16"):
             return
         inner = max(axes)
         x = op.operands[0]
