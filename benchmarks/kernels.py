@@ -344,11 +344,13 @@ def cupy_view(t: Any) -> Any:
 def accy_fragment(case: dict[str, Any], shapes: list[tuple[int, ...]]) -> tuple[Any, dict]:
     """The loaded fragment (a fresh cache: a cold compile) and its compile timings."""
     from accy.executable.cache import FragmentCompilerCache
+    from accy.executable.compile import BINARIES
     from accy.preparation.options import RunOptions
     from accy.preparation.products import SemanticModule
     from accy.preparation.stages import PreparationRequest
 
     sm = SemanticModule.from_text(case["text"], f"{case['name']}.mlir")
+    BINARIES.clear()  # cold: not the binary of a same-source program compiled earlier
     t0 = time.perf_counter()
     update = FragmentCompilerCache().refresh_from_semantic_module(
         sm, PreparationRequest(source=case["name"], options=RunOptions.parse("cuda"),

@@ -16,3 +16,13 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none visible to CuPy)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cold_compiles():
+    """Every test starts with an empty binary memo, as a fresh process does (what one
+    test compiled must not turn another's compile into a reuse)."""
+    from accy.executable.compile import BINARIES
+
+    BINARIES.clear()
+    yield

@@ -136,7 +136,8 @@ def _receipt(stage: str, value: dict[str, Any], shared: bool,
         return Receipt("compile", value["key"], reused, 0 if shared else value["elapsed_ns"],
                        source=("store" if from_store else "cluster") if reused else None,
                        pass_stats={} if reused else {"compile": {
-                           "binary_bytes": value["binary_bytes"]}})
+                           "binary_bytes": value["binary_bytes"],
+                           "binary_reused": int(bool(value.get("binary_reused")))}})
     if from_store:
         return Receipt(stage, value["key"], True, value["elapsed_ns"],
                        value["plan_fingerprint"], source="store")

@@ -376,6 +376,7 @@ def stage_receipt(result: StageResult, node: str) -> dict[str, Any]:
 def compile_receipt(compiled: Any, node: str) -> dict[str, Any]:
     return {"node": node, "key": compiled.key.hex, "origin": compiled.meta.get("origin"),
             "elapsed_ns": compiled.elapsed_ns, "binary_bytes": len(compiled.binary),
+            "binary_reused": compiled.meta.get("binary") == "reused",
             "target": compiled.plan.target}
 
 
@@ -448,7 +449,8 @@ def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
             out[i] = stored
         else:
             todo.append((i, job, key))
-    compiled = compile_fragments([job for _, job, _ in todo], [key for _, _, key in todo])
+    compiled = compile_fragments([job for _, job, _ in todo], [key for _, _, key in todo],
+                                 store)
     for (i, _, key), got in zip(todo, compiled):
         if isinstance(got, AccyError):
             out[i] = StageFailed(str(got), "compile", "compile", "",
@@ -958,8 +960,7 @@ class GraphBuilder:
                                                  first.store_url)
         for (on_gpu, _), chains in groupable.items():  # chains whose compiles share a program
             layer = gpu if on_gpu else cpu
-            for at in range(0, len(chains), grain):
-                members = chains[at:at + grain]
+            for members in compile_groups(chains, grain, lambda c: _likeness(c[3].request)):
                 if len(members) == 1:
                     seg, steps, arg, first = members[0]
                     layer[seg] = Task(seg, chain_task, steps, arg, first.request,
@@ -982,6 +983,37 @@ class GraphBuilder:
         futures = client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys,
                              sync=False)
         return dict(zip(keys, futures))
+
+
+def _likeness(request: dict[str, Any]) -> tuple[str, ...]:
+    """What chains that render one source have in common: the program, target and
+    options (their shapes may differ in what the kernels take as launch scalars)."""
+    import json
+
+    return (str(request.get("program")), str(request.get("target")),
+            json.dumps(request.get("options"), sort_keys=True, default=str))
+
+
+def compile_groups(chains: list[Any], grain: int, likeness: Any) -> list[list[Any]]:
+    """``chains`` in groups of at most ``grain`` for one compile task each. Chains alike
+    (``likeness``: likely one source, so one compiled unit for a group of them) fill
+    groups of their own, and the groups of one likeness are spread through the order
+    (a later one then tends to find its binary remembered,
+    :func:`~accy.executable.compile.reused_binary`, rather than compile beside the
+    first); the chains left over share groups in their order.
+
+    >>> compile_groups(["a1", "b1", "a2", "b2", "a3", "a4", "a5", "c1"], 2, lambda c: c[0])
+    [['a1', 'a2'], ['b1', 'b2'], ['a3', 'a4'], ['a5', 'c1']]
+    """
+    alike: dict[Any, list[Any]] = {}
+    for c in chains:
+        alike.setdefault(likeness(c), []).append(c)
+    runs = [[members[at:at + grain] for at in range(0, len(members) - grain + 1, grain)]
+            for members in alike.values()]
+    rest = [c for members in alike.values() for c in members[len(members) // grain * grain:]]
+    return [run[i] for i in range(max((len(r) for r in runs), default=0))
+            for run in runs if i < len(run)] + \
+        [rest[at:at + grain] for at in range(0, len(rest), grain)]
 
 
 def _placed_layers(cpu: dict[Any, Any], gpu: dict[Any, Any],

@@ -124,9 +124,11 @@ class FragmentCompilerCache:
             report.add(Receipt("compile", key.hex, True, time.perf_counter_ns() - t0,
                                source=source))
         else:
-            compiled = compile_fragment(job, self.workspace, key)
+            compiled = compile_fragment(job, self.workspace, key, self.store)
+            reused = int(compiled.meta.get("binary") == "reused")
             report.add(Receipt("compile", key.hex, False, compiled.elapsed_ns,
-                               pass_stats={"compile": {"binary_bytes": len(compiled.binary)}},
+                               pass_stats={"compile": {"binary_bytes": len(compiled.binary),
+                                                       "binary_reused": reused}},
                                warning=write(self.store, key.hex, compiled.to_wire(),
                                              "fragment")))
         self._compiled[key.hex] = compiled

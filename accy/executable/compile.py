@@ -15,8 +15,11 @@ Example
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,12 +73,16 @@ class Launch:
     tensor_maps: tuple[tuple[int, ...], ...] = ()
     """TMA tensor maps the loader encodes and passes after the buffers: (position in
     ``buffers``, rows, cols, box rows, box cols) of a 2-d row-major operand."""
+    scalars: tuple[int, ...] = ()
+    """64-bit values passed last (``accy.target.cuda.launch_scalars``: the extents a
+    kernel takes as parameters, so its source does not depend on them)."""
 
     def to_plain(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
                 "shared_bytes": self.shared_bytes, "dynamic_shared": self.dynamic_shared,
                 "buffers": list(self.buffers),
-                "tensor_maps": [list(t) for t in self.tensor_maps]}
+                "tensor_maps": [list(t) for t in self.tensor_maps],
+                "scalars": list(self.scalars)}
 
     @staticmethod
     def from_plain(d: Mapping[str, Any]) -> Launch:
@@ -88,7 +95,8 @@ class Launch:
             launch = Launch(str(d["kernel"]), tuple(int(x) for x in d["grid"]),
                             tuple(int(x) for x in d["block"]), int(d["shared_bytes"]),
                             tuple(int(x) for x in d["buffers"]), int(d["dynamic_shared"]),
-                            tuple(tuple(int(x) for x in t) for t in d["tensor_maps"]))
+                            tuple(tuple(int(x) for x in t) for t in d["tensor_maps"]),
+                            tuple(int(x) for x in d["scalars"]))
         except (TypeError, ValueError):
             raise WireFormatError("malformed launch table entry") from None
         if len(launch.grid) != 3 or len(launch.block) != 3:
@@ -99,7 +107,7 @@ class Launch:
 
 
 _LAUNCH_FIELDS = frozenset({"kernel", "grid", "block", "shared_bytes", "dynamic_shared",
-                            "buffers", "tensor_maps"})
+                            "buffers", "tensor_maps", "scalars"})
 
 
 def _buffers(entries: list[Any]) -> list[BufferSpec]:
@@ -226,21 +234,131 @@ def check_fragment(compiled: CompiledFragment, key: StageKey) -> str | None:
     return None
 
 
+def binary_key(backend: Backend, source: str, flags: Sequence[str]) -> str:
+    """H(compiler identity and version, arch, flags, the unit's source): everything a
+    compiler run's binary depends on. Fragments whose target products differ only in
+    what the loader passes (grid, buffer sizes, launch scalars) share it, so one
+    compile serves every row count of a program (:func:`accy.target.cuda.launch_scalars`)."""
+    h = hashlib.blake2b(digest_size=20)
+    for part in (backend.compiler_identity(), backend.arch, "\0".join(flags), source):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+class BinaryMemo:
+    """The binaries this process compiled, by :func:`binary_key`: each as the compiler
+    run's binary and the prefix its unit's kernels carry in it (``""`` alone,
+    :data:`GROUP_PREFIX` in a shared program). Bounded (least recently used out), and
+    safe across a worker's threads. A cache tier like the store, below it: a source
+    compiled before in this process is not compiled again."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._entries: collections.OrderedDict[str, tuple[bytes, str]] = \
+            collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+            return hit
+
+    def put(self, key: str, binary: bytes, prefix: str) -> None:
+        with self._lock:
+            self._entries[key] = (binary, prefix)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.limit:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+BINARIES = BinaryMemo()
+"""This process's :class:`BinaryMemo` (``BINARIES.clear()`` makes the next compile cold)."""
+
+
+def _stored_binary(store: Any, key: str) -> tuple[bytes, str] | None:
+    from accy.preparation.admission import read_back
+
+    def decode(data: bytes) -> tuple[bytes, str]:
+        try:
+            tag, binary, prefix = msgpack.unpackb(bytes(data), raw=False)
+            if tag != b"accy-binary" or not isinstance(binary, bytes) or not binary:
+                raise ValueError("tag")
+        except Exception as e:
+            raise WireFormatError(f"malformed binary entry: {type(e).__name__}") from None
+        return binary, str(prefix)
+
+    hit, _ = read_back(store, key, "binary", decode, lambda _: None)
+    return hit
+
+
+def reused_binary(key: str, store: Any = None) -> tuple[bytes, str] | None:
+    """The binary compiled before for binary key ``key``: from this process's memo, or
+    from ``store`` (then remembered)."""
+    hit = BINARIES.get(key)
+    if hit is None and store is not None:
+        hit = _stored_binary(store, key)
+        if hit is not None:
+            BINARIES.put(key, *hit)
+    return hit
+
+
+def remember_binary(key: str, binary: bytes, prefix: str, store: Any = None) -> None:
+    """Keep a compiler run's binary for ``key`` in the memo and, given one, the store."""
+    from accy.preparation.admission import write
+
+    BINARIES.put(key, binary, prefix)
+    if store is not None:
+        write(store, key, msgpack.packb([b"accy-binary", binary, prefix], use_bin_type=True),
+              "binary")
+
+
+def _unit(source: str, plan: FragmentPlan, prefix: str) -> str:
+    """A fragment's own source as its kernels are named in a binary (with ``prefix``)."""
+    if not prefix:
+        return source
+    return grouped_unit(source, [launch.kernel for launch in plan.launches],
+                        int(prefix[len("accy_g"):-1]))
+
+
+def _renamed(plan: FragmentPlan, prefix: str) -> FragmentPlan:
+    if prefix:
+        plan.launches = [dataclasses.replace(launch, kernel=prefix + launch.kernel)
+                         for launch in plan.launches]
+    return plan
+
+
 def compile_fragment(job: TargetJob, workspace: str | None = None,
-                     key: StageKey | None = None) -> CompiledFragment:
-    """Compile a target product; errors are ``FragmentCompileError`` with the log."""
+                     key: StageKey | None = None, store: Any = None) -> CompiledFragment:
+    """Compile a target product; errors are ``FragmentCompileError`` with the log. A
+    source this process (or ``store``) compiled before reuses that binary
+    (``meta["binary"] == "reused"``)."""
     backend = fragment_backend(job)
     plan = FragmentPlan.of(job)
     source = job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     key = key or compile_key(job)
+    flags = backend.flags(plan.fast_math)
+    t0 = time.perf_counter_ns()
+    bkey = binary_key(backend, source, flags)
+    hit = reused_binary(bkey, store)
+    if hit is not None:
+        unit = _unit(source, plan, hit[1])
+        return CompiledFragment(key, _renamed(plan, hit[1]), hit[0], unit,
+                                time.perf_counter_ns() - t0, None, {"binary": "reused"})
     ws = os.path.join(workspace, key.hex[:16]) if workspace else \
         private_subdir(f"fragment-{key.hex[:16]}-")
     os.makedirs(ws, exist_ok=True)
-    t0 = time.perf_counter_ns()
-    binary, src_path = backend.compile(source, ws, backend.flags(plan.fast_math))
+    binary, src_path = backend.compile(source, ws, flags)
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)
+    remember_binary(bkey, binary, "", store)
     return CompiledFragment(key, plan, binary, source, elapsed, src_path)
 
 
@@ -274,12 +392,15 @@ def grouped_unit(source: str, kernels: Sequence[str], i: int) -> str:
             + "".join(f"#undef {n}\n" for n in names))
 
 
-def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
-        -> list[CompiledFragment | AccyError]:
+def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey],
+                      store: Any = None) -> list[CompiledFragment | AccyError]:
     """Compile several target products, CUDA ones of one arch and flags in one compiler
-    run: one NVRTC program holding every fragment's unit (:func:`grouped_unit`), its
-    kernels renamed in the fragment's launch table, the cubin shared. NVRTC's cost is
-    largely per program, so a batch's compile tasks pay it once per group. A
+    run: one NVRTC program holding each distinct source once (:func:`grouped_unit`), its
+    kernels renamed in the launch tables of the fragments that render it, the cubin
+    shared. NVRTC's cost is largely per program and per source, so a batch's compile
+    tasks pay it once per group and once per source: fragments that differ only in
+    what the loader passes (row counts) compile once. A source this process or
+    ``store`` compiled before is not compiled at all (:func:`reused_binary`). A
     fragment's source is its own part (it compiles alone to the same kernels), its
     ``elapsed_ns`` its share of the run and ``meta["grain"]`` the group's size.
 
@@ -293,40 +414,64 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
         program = shared_program(fragment_backend(job), FragmentPlan.of(job).fast_math)
         groups.setdefault(program if program is not None else ("alone", i), []).append(i)
     for members in groups.values():
-        shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members]) \
-            if len(members) > 1 else None
+        shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members],
+                                 store) if len(members) > 1 else None
         if shared is not None:
             for i, compiled in zip(members, shared):
                 out[i] = compiled
             continue
         for i in members:
             try:
-                out[i] = compile_fragment(jobs[i], None, keys[i])
+                out[i] = compile_fragment(jobs[i], None, keys[i], store)
             except AccyError as e:
                 out[i] = e
     return [c for c in out if c is not None]
 
 
-def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey]) \
+def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey], store: Any = None) \
         -> list[CompiledFragment] | None:
-    """One compiler run for ``jobs`` (same backend and flags), or None if it failed."""
+    """One compiler run for the distinct sources of ``jobs`` (same backend and flags)
+    that no earlier run made; None if it failed."""
     backend = fragment_backend(jobs[0])
     plans = [FragmentPlan.of(job) for job in jobs]
-    parts = [grouped_unit(job.module.attributes["target.source"].value,  # type: ignore[attr-defined]
-                          [launch.kernel for launch in plan.launches], i)
-             for i, (job, plan) in enumerate(zip(jobs, plans))]
-    ws = private_subdir(f"fragments-{keys[0].hex[:12]}-x{len(jobs)}-")
+    flags = backend.flags(plans[0].fast_math)
+    sources = [job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+               for job in jobs]
     t0 = time.perf_counter_ns()
-    try:
-        binary, src_path = backend.compile("".join(parts), ws, backend.flags(plans[0].fast_math))
-    except AccyError:
-        return None
+    bkeys = [binary_key(backend, source, flags) for source in sources]
+    found: dict[str, tuple[bytes, str]] = {}
+    for bkey in bkeys:
+        if bkey not in found:
+            hit = reused_binary(bkey, store)
+            if hit is not None:
+                found[bkey] = hit
+    unit: dict[str, int] = {}  # binary key → its unit in the new program
+    parts: list[str] = []
+    for bkey, source, plan in zip(bkeys, sources, plans):
+        if bkey not in found and bkey not in unit:
+            unit[bkey] = len(parts)
+            parts.append(grouped_unit(source, [launch.kernel for launch in plan.launches],
+                                      len(parts)))
+    binary, src_path = b"", None
+    if parts:
+        ws = private_subdir(f"fragments-{keys[0].hex[:12]}-x{len(parts)}-")
+        try:
+            binary, src_path = backend.compile("".join(parts), ws, flags)
+        except AccyError:
+            return None
+        for bkey, i in unit.items():
+            remember_binary(bkey, binary, GROUP_PREFIX.format(i), store)
     share = (time.perf_counter_ns() - t0) // len(jobs)
     out = []
-    for i, (plan, part, key) in enumerate(zip(plans, parts, keys)):
-        prefix = GROUP_PREFIX.format(i)
-        plan.launches = [dataclasses.replace(launch, kernel=prefix + launch.kernel)
-                         for launch in plan.launches]
-        out.append(CompiledFragment(key, plan, binary, part, share, src_path,
-                                    {"grain": len(jobs)}))
+    for bkey, source, plan, key in zip(bkeys, sources, plans, keys):
+        if bkey in found:
+            got, prefix = found[bkey]
+            unit_text = _unit(source, plan, prefix)
+            out.append(CompiledFragment(key, _renamed(plan, prefix), got, unit_text, share, None,
+                                        {"grain": len(jobs), "binary": "reused"}))
+            continue
+        i = unit[bkey]
+        out.append(CompiledFragment(key, _renamed(plan, GROUP_PREFIX.format(i)), binary,
+                                    parts[i], share, src_path,
+                                    {"grain": len(jobs), "units": len(parts)}))
     return out

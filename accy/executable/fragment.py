@@ -287,8 +287,10 @@ class LoadedFragment:
                     for t in launch.tensor_maps]
             if by_address:
                 args = [np.uint64(a.data.ptr) for a in args]
+            scalars = [np.int64(v) for v in launch.scalars]
             out.append(self._module.bound(launch.kernel, launch.grid, launch.block,
-                                          args + maps, shared_mem=launch.dynamic_shared))
+                                          args + maps + scalars,
+                                          shared_mem=launch.dynamic_shared))
         return out
 
     def _launch_cuda(self, views: dict[int, Any]) -> None:

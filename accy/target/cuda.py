@@ -110,6 +110,36 @@ __device__ __forceinline__ void accy_mbar_wait(unsigned bar, unsigned parity) {
 LANES = "xyzw"
 
 
+def launch_scalars(k: KernelFuncOp) -> tuple[int, ...]:
+    """The 64-bit values kernel ``k`` takes at launch, after its buffers and tensor maps:
+    the extents that follow a program's leading (usually dynamic) dim — an elementwise
+    kernel's count of vectors, the row count that a row kernel of several rows a block
+    checks. They are parameters, not literals, so variants that differ only in that
+    extent render one source and one compile serves them all
+    (:func:`accy.executable.compile.compile_fragments` compiles each source once).
+
+    >>> from accy.dialects.kernel import KernelPlan
+    >>> class K: plan = KernelPlan(kind="elementwise", mapping="grid-stride",
+    ...                            block=(256, 1, 1), grid=(64, 1, 1), iteration=(16, 4096),
+    ...                            vector_width=4)
+    >>> launch_scalars(K())  # type: ignore[arg-type]
+    (16384,)
+    """
+    plan = k.plan
+    if plan.kind == "elementwise":
+        n = 1
+        for d in plan.iteration:
+            n *= d
+        return (n // plan.vector_width,)
+    if plan.kind == "rows" and plan.mapping in ("warp-per-row", "thread-per-row"):
+        return (plan.rows,)
+    return ()
+
+
+SCALAR_NAMES = {"elementwise": "accy_n", "rows": "accy_rows"}
+"""The parameter name of a kind's :func:`launch_scalars` value in its kernel."""
+
+
 def _params(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
     ins = [f"in{i}" for i in range(len(k.body.args))]
     outs = [f"out{i}" for i in range(len(k.body.terminator.operands))]  # type: ignore[union-attr]
@@ -122,6 +152,8 @@ def _params(k: KernelFuncOp) -> tuple[list[str], list[str], list[str]]:
               for i, (a, n) in enumerate(zip(k.body.args, ins))]
     params += [f"{STORAGE[elem_of(v)]}*{qual(len(ins) + i)} {n}"
                for i, (v, n) in enumerate(zip(k.body.terminator.operands, outs))]  # type: ignore[union-attr]
+    if launch_scalars(k):
+        params.append(f"const long long {SCALAR_NAMES[k.plan.kind]}")
     return ins, outs, params
 
 
@@ -208,9 +240,6 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     plan = k.plan
     shape = plan.iteration
     vec = plan.vector_width
-    n = 1
-    for d in shape:
-        n *= d
     scope = Scope([])
     vz = _Vectorizer([], vec, [scope])
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, load_hook=vz, fast_math=fast_math)
@@ -236,7 +265,7 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     text = "\n".join([
         f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
         f"{k.sym_name}({', '.join(params)}) {{",
-        f"  const long long n = {n // vec}LL;",
+        "  const long long n = accy_n;",
         "  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
         " g += (long long)gridDim.x * blockDim.x) {",
         f"    const long long i = g * {vec};",
@@ -290,12 +319,12 @@ class _RowEmitter:
             self.head += [f"  const long long row = (long long)blockIdx.x * {plan.block[0]}"
                           " + threadIdx.x;",
                           "  const int t = 0;",
-                          f"  if (row >= {self.rows}LL) return;"]
+                          "  if (row >= accy_rows) return;"]
         elif self.warp:
             self.head += [f"  const long long row = (long long)blockIdx.x * "
                           f"{plan.rows_per_block} + (threadIdx.x >> 5);",
                           "  const int t = threadIdx.x & 31;",
-                          f"  if (row >= {self.rows}LL) return;"]
+                          "  if (row >= accy_rows) return;"]
         else:
             self.head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
                           "  __shared__ double accy_sh[32];"]
@@ -679,19 +708,56 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     # a sub-tile row's vw columns are adjacent: the epilogue takes them together; its
     # offsets in 32 bits where every buffer allows (64-bit ones kept values across the
     # k loop that spilled at the 128 registers two blocks an SM allow)
-    raw = [f"acc[i][u * {vw} + {c}]" for c in range(vw)]
     it = "int" if _int_offsets(k) else "long long"
-    lines += ["  #pragma unroll",
-              f"  for (int i = 0; i < {mt_m}; ++i) {{",
-              f"    const {it} m = ({it})m0 + {row};",
+    if not _heavy_epilogue(k):
+        raw = [f"acc[i][u * {vw} + {c}]" for c in range(vw)]
+        lines += ["  #pragma unroll",
+                  f"  for (int i = 0; i < {mt_m}; ++i) {{",
+                  f"    const {it} m = ({it})m0 + {row};",
+                  "    #pragma unroll",
+                  f"    for (int u = 0; u < {mt_n // vw}; ++u) {{",
+                  f"      const {it} n = ({it})n0 + u * {gap_n} + tx * {vw};",
+                  *("      " + s for s in _lane_epilogue(k, b, mm, outs, bnames, raw, "f32")),
+                  "    }",
+                  "  }",
+                  "}"]
+        return "\n".join(lines), b.tables
+    # transcendental epilogue ops: the sub-tiles in a loop that stays rolled (NVRTC's
+    # time grows with the copies of erfcf/expf inlined: 8×8 of them at the 8×8 micro
+    # tile), each lane's accumulator picked from its sub-tile's by compile-time indices
+    # (registers cannot be indexed at run time)
+    nu = mt_n // vw
+    quads = [(qi, qu) for qi in range(mt_m // vw) for qu in range(nu)]
+
+    def pick(c: int) -> str:
+        expr = f"acc[{quads[-1][0] * vw} + r][{quads[-1][1] * vw + c}]"
+        for q in range(len(quads) - 2, -1, -1):
+            expr = f"(p == {q} ? acc[{quads[q][0] * vw} + r][{quads[q][1] * vw + c}] : {expr})"
+        return expr
+
+    lines += ["  #pragma unroll 1",
+              f"  for (int p = 0; p < {len(quads)}; ++p) {{",
+              f"    const int ih = p / {nu}, u = p % {nu};",
               "    #pragma unroll",
-              f"    for (int u = 0; u < {mt_n // vw}; ++u) {{",
+              f"    for (int r = 0; r < {vw}; ++r) {{",
+              f"      const {it} m = ({it})m0 + ih * {gap_m} + ty * {vw} + r;",
               f"      const {it} n = ({it})n0 + u * {gap_n} + tx * {vw};",
-              *("      " + s for s in _lane_epilogue(k, b, mm, outs, bnames, raw, "f32")),
+              *("      " + s for s in _lane_epilogue(k, b, mm, outs, bnames,
+                                                     [pick(c) for c in range(vw)], "f32")),
               "    }",
               "  }",
               "}"]
     return "\n".join(lines), b.tables
+
+
+HEAVY_OPS = frozenset({"exp", "log", "tanh", "erf", "erfc", "sigmoid", "sin", "cos", "pow",
+                       "sqrt", "rsqrt", "div", "reciprocal"})
+"""Epilogue ops whose inlined code is long (a libdevice function, a division)."""
+
+
+def _heavy_epilogue(k: KernelFuncOp) -> bool:
+    """Whether the kernel's fused ops include a :data:`HEAVY_OPS` one."""
+    return any(op.op_name.split(".", 1)[-1] in HEAVY_OPS for op in k.body.ops)
 
 
 def emit_matmul(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:

@@ -70,6 +70,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
   const float r = accy_slots[threadIdx.x ^ o]; bar->arrive_and_wait(); return r;
 }
 #define __expf expf
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 """
 
 
@@ -85,14 +86,16 @@ def kernel_text(source: str, name: str) -> str:
 
 
 def run(source: str, name: str, grid: int | tuple[int, int, int], threads: int,
-        buffers: list[np.ndarray], prelude: str = "") -> None:
+        buffers: list[np.ndarray], prelude: str = "", scalars: tuple[int, ...] = ()) -> None:
     """Run kernel ``name`` of CUDA ``source`` over ``grid`` blocks (x, or x, y, z) of
     ``threads`` on the CPU, its parameters the contiguous ``buffers`` (inputs, then
     outputs, written in place), in the kernel's storage types: float32, float16, or uint16
-    bit patterns for bf16; ``prelude`` (host C++) goes before the kernel."""
+    bit patterns for bf16, then the launch's ``scalars``; ``prelude`` (host C++) goes
+    before the kernel."""
     assert all(b.flags.c_contiguous for b in buffers)
     gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
-    args = ", ".join(f"accy_param{{b[{i}]}}" for i in range(len(buffers)))
+    args = ", ".join([f"accy_param{{b[{i}]}}" for i in range(len(buffers))]
+                     + [f"{int(v)}LL" for v in scalars])
     # a block's static shared arrays are one array for every thread of the block (blocks
     # run one after another): a static local of the kernel function
     body = re.sub(r"^(\s*)__shared__ (__align__\(\d+\) )?", r"\1\2static ",

@@ -98,7 +98,8 @@ def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: igno
         e = dict(launch.entries)
         assert tuple(e["block"].values)[1:] == (1, 1)
         cuda_on_cpu.run(text, e["kernel"].value, tuple(e["grid"].values), e["block"].values[0],
-                        [array(i) for i in e["buffers"].values])
+                        [array(i) for i in e["buffers"].values],
+                        scalars=tuple(e["scalars"].values))
     return [(results[i].astype(np.uint32) << 16).view(np.float32)
             if results[i].dtype == np.uint16 else results[i] for i in sorted(results)]
 
@@ -237,3 +238,25 @@ def test_reductions_match_the_reference_on_the_cpu(element: str, shape: tuple[in
     assert not any(not any(op.op_name == "prim.reduce" for op in k.body.ops)
                    for k in job.module.body.ops if isinstance(k, KernelFuncOp))
     assert max_error(job, sm, [x]) <= TOLERANCE[element]
+
+
+# ------------------------------------------------------ row counts as launch scalars
+
+
+@needs_cxx
+@pytest.mark.parametrize("name,cols,opts", [
+    ("softmax", 1024, ()),  # a warp per row, checking the row count
+    ("bias_gelu", 4096, ()),  # elementwise: the vector count
+    ("gelu_tanh", 4096, ("kernel.vector_width=1",)),
+    ("layernorm", 4096, ()),  # a block per row: nothing to pass
+])
+def test_one_source_serves_every_row_count(name: str, cols: int, opts: tuple[str, ...]) -> None:
+    sm = graph(name)
+    jobs = {rows: cuda_job(sm, {0: (rows, cols)}, opts) for rows in (8, 17, 33, 1)}
+    assert len({source(jobs[rows]) for rows in (8, 17, 33)}) == 1  # a single row is special
+    rng = np.random.default_rng(3)
+    for rows, j in jobs.items():
+        inputs = [rng.standard_normal(s.shape).astype(np.float32)
+                  for s in (BufferSpec.from_attr(a) for a in
+                            j.module.attributes["target.buffers"].values) if s.kind == "arg"]
+        assert max_error(j, sm, inputs) < 1e-5, rows

@@ -36,6 +36,13 @@ RENDERERS: dict[str, Callable[[list[KernelFuncOp], bool], str]] = {
 }
 """The renderer of each backend language (it spells what the kernel stage decided)."""
 
+SCALARS: dict[str, Callable[[KernelFuncOp], tuple[int, ...]]] = {
+    "c": lambda k: (),
+    "cuda": cuda.launch_scalars,
+}
+"""The values each language's kernels take at launch after their buffers (the launch
+table's ``scalars``)."""
+
 
 @dataclass(frozen=True)
 class CheckTargetSupport(Pass):
@@ -121,6 +128,7 @@ class EmitSource(Pass):
                     DenseArrayAttr(k.plan.tensor_maps[i:i + 5])
                     for i in range(0, len(k.plan.tensor_maps), 5)))),
                 ("buffers", DenseArrayAttr(ins.values + outs.values)),
+                ("scalars", DenseArrayAttr(SCALARS[language](k))),
             )))
         module.attributes["target.target"] = StringAttr(self.target)
         module.attributes["target.language"] = StringAttr(language)
