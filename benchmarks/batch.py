@@ -587,13 +587,13 @@ def main() -> None:
               f"{r['accy']['trivial_round_trip_client_send_1ms']} ms", file=sys.stderr, flush=True)
         _write(out, args.output)
     if args.big:
-        out["big"] = dict(big_in_child(args.workers[-1], tgt, args.big_limit, own),
+        out["big"] = dict(big_in_child(max(args.workers), tgt, args.big_limit, own),
                           workers=args.workers[-1])
         print(f"big: {out['big']}", file=sys.stderr, flush=True)
         _write(out, args.output)
         if args.compare_scheduler:
             out["big_scheduler_in_client"] = dict(
-                big_in_child(args.workers[-1], tgt, args.big_limit, False),
+                big_in_child(max(args.workers), tgt, args.big_limit, False),
                 workers=args.workers[-1])
             print(f"big, scheduler in the client: {out['big_scheduler_in_client']}",
                   file=sys.stderr, flush=True)

@@ -553,3 +553,12 @@ def test_a_child_forked_while_a_thread_holds_the_ledger_lock_does_not_hang(tmp_p
     holder.join()
     assert os.waitpid(pid, 0)[1] == 0
     assert store.size_bytes() <= 4 * entry and len(store.keys()) == 4
+
+
+def test_a_put_makes_again_a_folder_removed_since_the_last_put(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    assert store.put("ab12cd", b"one", kind="stage")
+    folder = os.path.dirname(store._path("ab12cd"))
+    shutil.rmtree(folder)  # by hand, or another process's clean-up
+    assert store.put("ab12ef", b"two", kind="stage")
+    assert store.get("ab12ef", kind="stage") == b"two"

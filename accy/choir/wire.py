@@ -177,6 +177,33 @@ def fingerprint(op: Operation) -> str:
     return hashlib.blake2b(canonical_bytes(op), digest_size=16).hexdigest()
 
 
+def _without_locations(op: list[Any]) -> list[Any]:
+    """An encoded op (:meth:`_Encoder.op`) as the canonical encoder writes it: the same
+    lists with every location ``None`` (values are numbered alike in both)."""
+    return [*op[:5], [[[block[0], [None] * len(block[1]),
+                        [_without_locations(o) for o in block[2]]] for block in region]
+                      for region in op[5]], None]
+
+
+def encode_and_fingerprint(op: Operation) -> tuple[bytes, str]:
+    """``(encode(op), fingerprint(op))`` from one walk of the IR: the canonical lists are
+    the wire lists with their locations dropped, not a second encoding (a stage product
+    written to the store needs both).
+
+    >>> from accy.choir.parser import parse_module
+    >>> m = parse_module('"builtin.module"() ({}) : () -> ()')
+    >>> encode_and_fingerprint(m) == (encode(m), fingerprint(m))
+    True
+    """
+    enc = _Encoder(canonical=False)
+    body = enc.op(op)
+    files = sorted(enc.files, key=enc.files.__getitem__)
+    wire = msgpack.packb([MAGIC, WIRE_VERSION, files, body], use_bin_type=True)
+    canonical = msgpack.packb([MAGIC, WIRE_VERSION, [], _without_locations(body)],
+                              use_bin_type=True)
+    return wire, hashlib.blake2b(canonical, digest_size=16).hexdigest()
+
+
 # ---------------------------------------------------------------------- decoding
 
 

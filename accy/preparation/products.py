@@ -27,7 +27,7 @@ import msgpack
 from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.printer import print_op
 from accy.choir.verifier import verify
-from accy.choir.wire import decode, encode, fingerprint
+from accy.choir.wire import decode, encode, encode_and_fingerprint, fingerprint
 from accy.errors import AccyError, VerifyError, WireFormatError
 
 PRODUCT_MAGIC = b"accy-product"
@@ -105,7 +105,12 @@ class Product:
 
     # -- wire
     def to_wire(self) -> bytes:
-        body = self._encoded if self._module is None else encode(self.module)
+        if self._module is None:
+            body = self._encoded
+        elif self._fingerprint is None:  # both from one walk of the module
+            body, self._fingerprint = encode_and_fingerprint(self._module)
+        else:
+            body = encode(self._module)
         return msgpack.packb([PRODUCT_MAGIC, self.stage, self.meta, body], use_bin_type=True)
 
     @staticmethod

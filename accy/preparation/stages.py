@@ -65,12 +65,12 @@ class StageResult:
     artifact store by content key — early cutoff or a warm start)."""
 
     def to_wire(self) -> bytes:
+        product = self.product.to_wire()  # first: it fingerprints on the same walk
         meta = {"stage": self.stage, "key": self.key.hex, "fields": self.key.fields,
                 "elapsed_ns": self.elapsed_ns, "pass_stats": self.pass_stats,
                 "pass_ns": self.pass_ns, "plan_fingerprint": self.plan_fingerprint,
                 "origin": self.origin, "fingerprint": self.product.fingerprint()}
-        return msgpack.packb([b"accy-stage-result", meta, self.product.to_wire()],
-                             use_bin_type=True)
+        return msgpack.packb([b"accy-stage-result", meta, product], use_bin_type=True)
 
     @staticmethod
     def from_wire(data: bytes, on_broken: Callable[[], None] | None = None) -> StageResult:

@@ -279,3 +279,23 @@ def test_random_corruptions_of_the_decoded_structure(data: st.DataObject) -> Non
     decoded = _decode_or_wire_error(msgpack.packb(tree, use_bin_type=True))
     if decoded is not None:
         assert text_of(decode(encode(decoded))) == text_of(decoded)
+
+
+@pytest.mark.parametrize("stage", ["semantic", "tensor", "kernel", "target"])
+def test_one_walk_encodes_and_fingerprints_as_the_two_encoders_do(stage: str) -> None:
+    """What a stage product written to the store uses (``Product.to_wire``): the wire
+    bytes and the canonical fingerprint of every graph, at an early and a late stage."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+    from stage_programs import graph, graph_shapes
+
+    from accy.choir.wire import encode_and_fingerprint, fingerprint
+    from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
+
+    for path in GRAPHS:
+        sm = graph(path.stem)
+        module = sm.module if stage == "semantic" else prepare_through(
+            sm, stage, RunOptions.parse("cuda:sm_90"), graph_shapes(sm)).product.module
+        assert encode_and_fingerprint(module) == (encode(module), fingerprint(module)), path

@@ -1,0 +1,89 @@
+"""Cold NVRTC time of each program's translation unit; prints JSON.
+
+NVRTC is warmed up with a trivial program first (loading the library is once a
+process, not once a kernel). Each unit is then compiled ``--repeats`` times, each
+time with a new ``__device__`` variable appended: a comment is not enough, because
+NVRTC on the H200's host serves a source it compiled before — in any process —
+in ~14 ms when only comments differ. The six stages are timed once per program.
+Reports min / median / max seconds per unit.
+
+    python3 benchmarks/cold_compile.py [--target cuda] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MATMUL = "benchmarks/tune/matmul_bf16.mlir"
+SQUARE: dict[int, tuple[int, ...]] = {0: (4096, 4096), 1: (4096, 4096)}
+QKV: dict[int, tuple[int, ...]] = {i: (512, 128, 64) for i in range(3)}
+CASES: list[tuple[str, str, dict[int, tuple[int, ...]], str]] = [
+    ("matmul_bf16_4096 (wgmma)", MATMUL, SQUARE, ""),
+    ("matmul_f16_4096 (wgmma)", MATMUL, SQUARE, "f16"),
+    ("matmul_bf16_4096 (mma.sync, sm_90)", MATMUL, SQUARE, "mma"),
+    ("matmul_f32_4096 (ffma)", MATMUL, SQUARE, "f32"),
+    ("attention 512x128x64", "graphs/attention.mlir", QKV, ""),
+    ("mlp 8192x256", "graphs/mlp.mlir", {0: (8192, 256)}, ""),
+    ("softmax 8192x1024", "graphs/softmax.mlir", {0: (8192, 1024)}, ""),
+    ("layernorm 8192x4096", "graphs/layernorm.mlir", {0: (8192, 4096)}, ""),
+]
+
+
+def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, target: str) -> Any:
+    from accy.pipeline import prepare_through
+    from accy.preparation.options import RunOptions
+    from accy.preparation.products import SemanticModule
+
+    with open(os.path.join(ROOT, path)) as f:
+        text = f.read()
+    if variant in ("f16", "f32"):
+        text = text.replace("bf16", variant)
+    if variant == "mma":
+        target = "cuda:sm_90"
+    return prepare_through(SemanticModule.from_text(text, path), "target",
+                           RunOptions.parse(target), shapes).product
+
+
+def main() -> None:
+    from accy.executable.compile import FragmentPlan, fragment_backend
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="cuda")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    warm = fragment_backend(target_job(*CASES[6][1:], args.target))
+    warm.compile('extern "C" __global__ void k() {}', "/tmp/accy-cold-ws", warm.flags(False))
+    out: dict[str, Any] = {"target": args.target, "repeats": args.repeats, "units": {}}
+    for name, path, shapes, variant in CASES:
+        t0 = time.perf_counter()
+        job = target_job(path, shapes, variant, args.target)
+        stages = time.perf_counter() - t0
+        backend, plan = fragment_backend(job), FragmentPlan.of(job)
+        source = job.module.attributes["target.source"].value
+        times = []
+        for _ in range(args.repeats):
+            unique = source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
+            t = time.perf_counter()
+            backend.compile(unique, "/tmp/accy-cold-ws", backend.flags(plan.fast_math))
+            times.append(time.perf_counter() - t)
+        out["units"][name] = {"arch": backend.arch, "stages_s": round(stages, 3),
+                              "nvrtc_s": [round(min(times), 3),
+                                          round(statistics.median(times), 3),
+                                          round(max(times), 3)],
+                              "kernels": [launch.kernel for launch in plan.launches]}
+        print(name, json.dumps(out["units"][name]), file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
