@@ -588,13 +588,13 @@ def main() -> None:
         _write(out, args.output)
     if args.big:
         out["big"] = dict(big_in_child(max(args.workers), tgt, args.big_limit, own),
-                          workers=args.workers[-1])
+                          workers=max(args.workers))
         print(f"big: {out['big']}", file=sys.stderr, flush=True)
         _write(out, args.output)
         if args.compare_scheduler:
             out["big_scheduler_in_client"] = dict(
                 big_in_child(max(args.workers), tgt, args.big_limit, False),
-                workers=args.workers[-1])
+                workers=max(args.workers))
             print(f"big, scheduler in the client: {out['big_scheduler_in_client']}",
                   file=sys.stderr, flush=True)
             _write(out, args.output)
