@@ -31,7 +31,10 @@ TFLOP/s counts 2·M·N·K per matmul.
 Each accy result is checked against torch's float32 computation of the same
 program on the same (rounded) inputs: ``err`` = max |accy − ref| / max |ref|,
 pass when ``err <= TOLERANCE[dtype]``. Each accy program's cold compile (the
-six stages + NVRTC + load, a fresh cache) is timed too.
+six stages + NVRTC + load, a fresh cache and an empty binary memo) is timed too; where
+NVRTC itself reuses a source it compiled before (the H200's host does, across
+processes), that column is only cold on a machine that never compiled the programs —
+``benchmarks/cold_compile.py`` times NVRTC on sources it cannot have seen.
 
 Run on a GPU machine::
 
