@@ -350,11 +350,64 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
             on_done(o)  # a variant refreshed again is reported when that ends
 
     todo = _checked_variants(variants, finish)
-    collector, pending, distinct = _submit(client, todo, store_url, fresh, finish)
+    threads = _worker_threads(client)
+    grain = compile_grain(len(todo), threads)
+    collector: _Collector | None = None
+    pending: dict[Any, list[RefreshPlan]] = {}
+    submitted: set[Any] = set()
+    for chunk in submission_chunks(todo, max(1, threads) * grain, _prefix_of):
+        collector, more, keys = _submit(client, chunk, store_url, fresh, finish, collector,
+                                        grain)
+        for key, plans in more.items():
+            pending.setdefault(key, []).extend(plans)
+        submitted |= keys
     del todo
+    if collector is None:  # nothing passed the checks
+        collector = _Collector(client, 0, store_url)
     _collect(collector, pending, finish)
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
-    return BatchResult(ordered, time.perf_counter() - t0, distinct, collector.version)
+    return BatchResult(ordered, time.perf_counter() - t0, len(submitted), collector.version)
+
+
+def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], Any]) \
+        -> list[list[Any]]:
+    """``todo`` in the chunks a batch submits one after another: the first of about
+    ``first`` variants (a compile group for every worker thread), each next one twice
+    the last, so the cluster starts on the first while the client plans the rest (as
+    ``Client.map(batch_size=...)`` does). Variants of one ``prefix`` (program, target and
+    shapes: every variant that can share a stage run with another has its prefix) are
+    brought together, first appearance first, and never split: a stage run two
+    variants share is in one graph, fused one way, with one receipt that ran it.
+
+    >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4)]
+    [4, 8, 8]
+    >>> submission_chunks([1, 2, 1, 2, 3], 2, lambda i: i)
+    [[1, 1], [2, 2, 3]]
+    """
+    alike: dict[Any, list[Any]] = {}
+    for item in todo:
+        alike.setdefault(prefix(item), []).append(item)
+    out: list[list[Any]] = []
+    chunk: list[Any] = []
+    size = max(1, first)
+    for members in alike.values():
+        chunk.extend(members)
+        if len(chunk) >= size:
+            out.append(chunk)
+            chunk, size = [], size * 2
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+def _prefix_of(item: tuple[Variant, SemanticModule, VariantRequest]) -> Any:
+    req = item[2]
+    return (req.program, req.target, tuple(sorted(req.shapes.items())))
+
+
+def _worker_threads(client: Any) -> int:
+    workers = client.scheduler_info().get("workers", {})
+    return sum(w.get("nthreads", 1) for w in workers.values())
 
 
 def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutcome], None]) \
@@ -391,15 +444,19 @@ def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutc
 
 
 def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
-            store_url: str | None, fresh: bool, finish: Callable[[VariantOutcome], None]) \
-        -> tuple[_Collector, dict[Any, list[RefreshPlan]], int]:
+            store_url: str | None, fresh: bool, finish: Callable[[VariantOutcome], None],
+            collector: _Collector | None = None, grain: int | None = None) \
+        -> tuple[_Collector, dict[Any, list[RefreshPlan]], set[Any]]:
     """Resolve every variant's published prefix (one round trip), plan its chains and
-    submit the whole batch as one graph; the fully reused variants finish here.
-    Returns the collector, the plans by the key of their last task, the task count."""
+    submit them as one graph; the fully reused variants finish here. A later chunk of
+    the batch passes the batch's ``collector`` (one claim set, one version) and
+    ``grain``. Returns the collector, the plans by the key of their last task and the
+    keys of the tasks submitted."""
     templates: dict[str, int] = {}
     answer = resolve_many(client, [resolution_request(m, r, templates) for _, m, r in todo],
                           templates)
-    collector = _Collector(client, int(answer.get("version", 0)), store_url)
+    if collector is None:
+        collector = _Collector(client, int(answer.get("version", 0)), store_url)
     gpu = bool(answer.get("gpu_workers"))
     all_gpu = bool(answer.get("all_gpu", gpu))
     graph = GraphBuilder()
@@ -415,12 +472,12 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)
     workers = client.scheduler_info().get("workers", {})
-    threads = sum(w.get("nthreads", 1) for w in workers.values())
     spread = {False: sorted(workers),
               True: sorted(a for a, w in workers.items()
                            if (w.get("resources") or {}).get("GPU", 0) > 0)}
-    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu,
-                           grain=compile_grain(len(todo), threads), spread=spread)
+    if grain is None:
+        grain = compile_grain(len(todo), _worker_threads(client))
+    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grain, spread=spread)
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
     for p in plans:
@@ -433,7 +490,7 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
         else:
             pending.setdefault(p.tail.key, []).append(p)
     collector.publish(publications)
-    return collector, pending, len(futures)
+    return collector, pending, set(futures)
 
 
 def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],

@@ -367,3 +367,37 @@ def test_a_stage_run_two_chains_read_runs_in_both():
     assert [pair, ("accy_target", "a"), compile_] in chains
     assert [pair] not in chains and [trio] in chains and [start, prefix] in chains
     assert [("accy_load", "x")] in chains and [("accy_load", "y")] in chains
+
+
+def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(cluster,
+                                                                            tmp_path,
+                                                                            monkeypatch):
+    """The cluster starts on a first chunk while the client plans the rest; the variants
+    of one prefix (program, target, shapes) stay in one chunk, so a stage they share is
+    run once; every variant is published, so the same batch again reuses everything."""
+    from accy.distributed import batch
+
+    c, client = cluster
+    chunks: list[int] = []
+    real = batch._submit
+
+    def counted(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
+        chunks.append(len(todo))
+        return real(client, todo, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "_submit", counted)
+    variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)},
+                        {"kernel.block_size": b})
+                for r in range(8, 8 + 8 * 12, 8) for b in (64, 128)]  # 12 prefixes of 2
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert len(chunks) >= 2 and sum(chunks) == len(variants)
+    assert all(n % 2 == 0 for n in chunks)  # a prefix's two variants never apart
+    assert [o.id for o in result.outcomes] == [v.id for v in variants]
+    assert all(o.status == "ok" for o in result.outcomes)
+    for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
+        pair = {r.stage: r for r in result.outcomes[result.outcomes.index(o) + 1].receipts}
+        mine = {r.stage: r for r in o.receipts}
+        assert sum(not x.reused for x in (mine["memory"], pair["memory"])) == 1
+    chunks.clear()
+    again = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert all(r.reused or r.skipped for o in again.outcomes for r in o.receipts)
