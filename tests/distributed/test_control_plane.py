@@ -386,6 +386,7 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
         return real(client, todo, *args, **kwargs)
 
     monkeypatch.setattr(batch, "_submit", counted)
+    monkeypatch.setattr(batch, "CHUNKED_ABOVE", 8)  # 24 variants: chunked here
     variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)},
                         {"kernel.block_size": b})
                 for r in range(8, 8 + 8 * 12, 8) for b in (64, 128)]  # 12 prefixes of 2
@@ -401,3 +402,7 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     chunks.clear()
     again = run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert all(r.reused or r.skipped for o in again.outcomes for r in o.receipts)
+    monkeypatch.setattr(batch, "CHUNKED_ABOVE", 256)
+    chunks.clear()
+    run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert chunks == [len(variants)]  # a small batch is one graph
