@@ -392,7 +392,6 @@ class ArtifactStore:
         self._lru: collections.deque[tuple[str, int, float]] = collections.deque()
         self._used: dict[str, float] = {}  # remote stores: this process's last use per key
         self._put_since_scan = 0  # bytes this object put since its last scan
-        self._folders: set[str] = set()  # entry folders this object made or found
         self._tmps: list[tuple[str, str, int, float]] = []  # live temporaries at the last scan
         try:
             self.fs.makedirs(self.root, exist_ok=True)
@@ -586,20 +585,16 @@ class ArtifactStore:
                     self._add(-size)
             raise
 
-    def _create(self, folder: str, tmp: str) -> int:
-        """Create the temporary ``tmp`` in ``folder`` (made first when this object has
-        not seen it: a ``makedirs`` per put was a tenth of a put's time; a folder
-        removed since is made again)."""
+    @staticmethod
+    def _create(folder: str, tmp: str) -> int:
+        """Create the temporary ``tmp``, making ``folder`` only when it is missing (a
+        ``makedirs`` every put was a tenth of a put's time)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-        if folder in self._folders:
-            try:
-                return os.open(tmp, flags, 0o666)
-            except FileNotFoundError:
-                self._folders.discard(folder)
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, flags, 0o666)
-        self._folders.add(folder)
-        return fd
+        try:
+            return os.open(tmp, flags, 0o666)
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+            return os.open(tmp, flags, 0o666)
 
     def _put_remote(self, key: str, path: str, folder: str, tmp: str, blob: bytes) -> None:
         with self._ledger.locked():

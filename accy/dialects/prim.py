@@ -336,10 +336,14 @@ class ReshapeOp(PrimOp):
         return dst
 
 
+RESHAPES = frozenset({ReshapeOp.name, semantic.ReshapeOp.name})
+
+
 def view_source(v: Value) -> Value:
-    """``v`` through every ``prim.reshape`` that makes it: the value whose buffer ``v``
-    is a view of (a reshape never moves an element; the layout is row-major)."""
-    while isinstance(v, OpResult) and v.op.op_name == ReshapeOp.name:
+    """``v`` through every reshape that makes it (``prim.reshape``, or
+    ``semantic.reshape`` before lowering): the value whose buffer ``v`` is a view of (a
+    reshape never moves an element; the layout is row-major)."""
+    while isinstance(v, OpResult) and v.op.op_name in RESHAPES:
         v = v.op.operands[0]
     return v
 

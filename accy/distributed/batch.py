@@ -453,12 +453,12 @@ def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutc
 
 def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
             store_url: str | None, fresh: bool, finish: Callable[[VariantOutcome], None],
-            collector: _Collector | None = None, grain: int | None = None) \
+            collector: _Collector | None, grain: int) \
         -> tuple[_Collector, dict[Any, list[RefreshPlan]], set[Any]]:
     """Resolve every variant's published prefix (one round trip), plan its chains and
-    submit them as one graph; the fully reused variants finish here. A later chunk of
-    the batch passes the batch's ``collector`` (one claim set, one version) and
-    ``grain``. Returns the collector, the plans by the key of their last task and the
+    submit them as one graph, ``grain`` chains a compile group; the fully reused
+    variants finish here. A later chunk of the batch passes the batch's ``collector``
+    (one claim set, one version; None: the first makes it). Returns the collector, the plans by the key of their last task and the
     keys of the tasks submitted."""
     templates: dict[str, int] = {}
     answer = resolve_many(client, [resolution_request(m, r, templates) for _, m, r in todo],
@@ -483,8 +483,6 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     spread = {False: sorted(workers),
               True: sorted(a for a, w in workers.items()
                            if (w.get("resources") or {}).get("GPU", 0) > 0)}
-    if grain is None:
-        grain = compile_grain(len(todo), _worker_threads(client))
     futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grain, spread=spread)
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []

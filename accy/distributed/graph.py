@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import json
 import os
 import threading
 import time
@@ -988,8 +989,6 @@ class GraphBuilder:
 def _likeness(request: dict[str, Any]) -> tuple[str, ...]:
     """What chains that render one source have in common: the program, target and
     options (their shapes may differ in what the kernels take as launch scalars)."""
-    import json
-
     return (str(request.get("program")), str(request.get("target")),
             json.dumps(request.get("options"), sort_keys=True, default=str))
 

@@ -41,6 +41,7 @@ from accy.dialects.memory import BufferSpec
 from accy.errors import AccyError, FragmentCompileError, VerifyError, WireFormatError
 from accy.paths import private_subdir
 from accy.pipeline import stage
+from accy.preparation.admission import read_back, write
 from accy.preparation.keys import StageKey, make_key
 from accy.preparation.products import TargetJob
 from accy.target.backend import Backend, backend_of
@@ -246,29 +247,33 @@ def binary_key(backend: Backend, source: str, flags: Sequence[str]) -> str:
     return h.hexdigest()
 
 
+Reused = tuple[bytes, int | None]
+"""A compiler run's binary and the unit that holds a source's kernels in it: None
+compiled alone (their own names), ``i`` the ``i``-th unit of a shared program
+(renamed with ``GROUP_PREFIX.format(i)``)."""
+
+
 class BinaryMemo:
-    """The binaries this process compiled, by :func:`binary_key`: each as the compiler
-    run's binary and the prefix its unit's kernels carry in it (``""`` alone,
-    :data:`GROUP_PREFIX` in a shared program). Bounded (least recently used out), and
-    safe across a worker's threads. A cache tier like the store, below it: a source
-    compiled before in this process is not compiled again."""
+    """The binaries this process compiled, by :func:`binary_key` (:data:`Reused`).
+    Bounded (least recently used out), and safe across a worker's threads. A cache tier
+    like the store, below it: a source compiled before in this process is not compiled
+    again."""
 
     def __init__(self, limit: int = 256) -> None:
         self.limit = limit
-        self._entries: collections.OrderedDict[str, tuple[bytes, str]] = \
-            collections.OrderedDict()
+        self._entries: collections.OrderedDict[str, Reused] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    def get(self, key: str) -> Reused | None:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
             return hit
 
-    def put(self, key: str, binary: bytes, prefix: str) -> None:
+    def put(self, key: str, binary: bytes, unit: int | None) -> None:
         with self._lock:
-            self._entries[key] = (binary, prefix)
+            self._entries[key] = (binary, unit)
             self._entries.move_to_end(key)
             while len(self._entries) > self.limit:
                 self._entries.popitem(last=False)
@@ -282,23 +287,22 @@ BINARIES = BinaryMemo()
 """This process's :class:`BinaryMemo` (``BINARIES.clear()`` makes the next compile cold)."""
 
 
-def _stored_binary(store: Any, key: str) -> tuple[bytes, str] | None:
-    from accy.preparation.admission import read_back
-
-    def decode(data: bytes) -> tuple[bytes, str]:
+def _stored_binary(store: Any, key: str) -> Reused | None:
+    def decode(data: bytes) -> Reused:
         try:
-            tag, binary, prefix = msgpack.unpackb(bytes(data), raw=False)
-            if tag != b"accy-binary" or not isinstance(binary, bytes) or not binary:
+            tag, binary, unit = msgpack.unpackb(bytes(data), raw=False)
+            if tag != b"accy-binary" or not isinstance(binary, bytes) or not binary or \
+                    not (unit is None or isinstance(unit, int)):
                 raise ValueError("tag")
         except Exception as e:
             raise WireFormatError(f"malformed binary entry: {type(e).__name__}") from None
-        return binary, str(prefix)
+        return binary, unit
 
     hit, _ = read_back(store, key, "binary", decode, lambda _: None)
     return hit
 
 
-def reused_binary(key: str, store: Any = None) -> tuple[bytes, str] | None:
+def reused_binary(key: str, store: Any = None) -> Reused | None:
     """The binary compiled before for binary key ``key``: from this process's memo, or
     from ``store`` (then remembered)."""
     hit = BINARIES.get(key)
@@ -309,26 +313,25 @@ def reused_binary(key: str, store: Any = None) -> tuple[bytes, str] | None:
     return hit
 
 
-def remember_binary(key: str, binary: bytes, prefix: str, store: Any = None) -> None:
+def remember_binary(key: str, binary: bytes, unit: int | None, store: Any = None) -> None:
     """Keep a compiler run's binary for ``key`` in the memo and, given one, the store."""
-    from accy.preparation.admission import write
-
-    BINARIES.put(key, binary, prefix)
+    BINARIES.put(key, binary, unit)
     if store is not None:
-        write(store, key, msgpack.packb([b"accy-binary", binary, prefix], use_bin_type=True),
+        write(store, key, msgpack.packb([b"accy-binary", binary, unit], use_bin_type=True),
               "binary")
 
 
-def _unit(source: str, plan: FragmentPlan, prefix: str) -> str:
-    """A fragment's own source as its kernels are named in a binary (with ``prefix``)."""
-    if not prefix:
+def _unit(source: str, plan: FragmentPlan, unit: int | None) -> str:
+    """A fragment's own source as its kernels are named in a binary (unit ``unit``)."""
+    if unit is None:
         return source
-    return grouped_unit(source, [launch.kernel for launch in plan.launches],
-                        int(prefix[len("accy_g"):-1]))
+    return grouped_unit(source, [launch.kernel for launch in plan.launches], unit)
 
 
-def _renamed(plan: FragmentPlan, prefix: str) -> FragmentPlan:
-    if prefix:
+def _renamed(plan: FragmentPlan, unit: int | None) -> FragmentPlan:
+    """``plan`` with its launches naming their kernels as unit ``unit`` of a program."""
+    if unit is not None:
+        prefix = GROUP_PREFIX.format(unit)
         plan.launches = [dataclasses.replace(launch, kernel=prefix + launch.kernel)
                          for launch in plan.launches]
     return plan
@@ -348,8 +351,8 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     bkey = binary_key(backend, source, flags)
     hit = reused_binary(bkey, store)
     if hit is not None:
-        unit = _unit(source, plan, hit[1])
-        return CompiledFragment(key, _renamed(plan, hit[1]), hit[0], unit,
+        got, at = hit
+        return CompiledFragment(key, _renamed(plan, at), got, _unit(source, plan, at),
                                 time.perf_counter_ns() - t0, None, {"binary": "reused"})
     ws = os.path.join(workspace, key.hex[:16]) if workspace else \
         private_subdir(f"fragment-{key.hex[:16]}-")
@@ -358,7 +361,7 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)
-    remember_binary(bkey, binary, "", store)
+    remember_binary(bkey, binary, None, store)
     return CompiledFragment(key, plan, binary, source, elapsed, src_path)
 
 
@@ -439,7 +442,7 @@ def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey], store: 
                for job in jobs]
     t0 = time.perf_counter_ns()
     bkeys = [binary_key(backend, source, flags) for source in sources]
-    found: dict[str, tuple[bytes, str]] = {}
+    found: dict[str, Reused] = {}
     for bkey in bkeys:
         if bkey not in found:
             hit = reused_binary(bkey, store)
@@ -460,18 +463,17 @@ def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey], store: 
         except AccyError:
             return None
         for bkey, i in unit.items():
-            remember_binary(bkey, binary, GROUP_PREFIX.format(i), store)
+            remember_binary(bkey, binary, i, store)
     share = (time.perf_counter_ns() - t0) // len(jobs)
     out = []
     for bkey, source, plan, key in zip(bkeys, sources, plans, keys):
         if bkey in found:
-            got, prefix = found[bkey]
-            unit_text = _unit(source, plan, prefix)
-            out.append(CompiledFragment(key, _renamed(plan, prefix), got, unit_text, share, None,
+            got, at = found[bkey]
+            text = _unit(source, plan, at)
+            out.append(CompiledFragment(key, _renamed(plan, at), got, text, share, None,
                                         {"grain": len(jobs), "binary": "reused"}))
             continue
         i = unit[bkey]
-        out.append(CompiledFragment(key, _renamed(plan, GROUP_PREFIX.format(i)), binary,
-                                    parts[i], share, src_path,
+        out.append(CompiledFragment(key, _renamed(plan, i), binary, parts[i], share, src_path,
                                     {"grain": len(jobs), "units": len(parts)}))
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import shlex
 import subprocess
@@ -366,8 +367,6 @@ def cuda_module(cubin: bytes) -> CudaModule:
     one cubin holding all their kernels; loading it again for each cost a module load of
     the whole group per fragment). Kept for the life of the process, as the fragments
     that use it are (:func:`accy.executable.fragment.load_fragment`)."""
-    import hashlib
-
     import cupy
 
     key = (cupy.cuda.runtime.getDevice(), hashlib.sha256(cubin).digest())

@@ -127,10 +127,7 @@ def launch_scalars(k: KernelFuncOp) -> tuple[int, ...]:
     """
     plan = k.plan
     if plan.kind == "elementwise":
-        n = 1
-        for d in plan.iteration:
-            n *= d
-        return (n // plan.vector_width,)
+        return (math.prod(plan.iteration) // plan.vector_width,)
     if plan.kind == "rows" and plan.mapping in ("warp-per-row", "thread-per-row"):
         return (plan.rows,)
     return ()

@@ -253,8 +253,8 @@ def _create_buffers(func: FuncOp) -> tuple[list[Buffer], dict[Value, Buffer]]:
     buf_of: dict[Value, Buffer] = {}
     returned = func.return_op.operands
     results = {v: i for i, v in enumerate(returned)}
-    viewed = {prim.view_source(v): i for i, v in enumerate(returned)
-              if prim.view_source(v) is not v}
+    viewed = {base: i for i, v in enumerate(returned)
+              if (base := prim.view_source(v)) is not v}
     """Region outputs that results are reshapes of → the result (the dispatch stage's
     materialize-results: distinct, and none of them is returned itself)."""
     for i, a in enumerate(block.args):

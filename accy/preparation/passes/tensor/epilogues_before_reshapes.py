@@ -41,20 +41,14 @@ from dataclasses import dataclass
 from accy.choir.attributes import TensorType
 from accy.choir.ir import Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
+from accy.dialects.prim import view_source
 from accy.dialects.semantic import ReduceOp
 from accy.preparation.passes.rewrite import Builder, blocks, replace_op
 
 
-def _view_source(v: Value) -> Value:
-    """``v`` through the ``semantic.reshape`` ops that make it."""
-    while isinstance(v, OpResult) and v.op.op_name == "semantic.reshape":
-        v = v.op.operands[0]
-    return v
-
-
 def _movable_source(v: Value, moved: set[Value]) -> Value | None:
     """What ``v`` is a reshape of, when that is a reduction's result or a moved op's."""
-    src = _view_source(v)
+    src = view_source(v)
     if src is v or not isinstance(src, OpResult):
         return None
     return src if src in moved or isinstance(src.op, ReduceOp) else None
