@@ -19,12 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from accy.choir.attributes import (
     DenseArrayAttr,
     DenseElementsAttr,
     IntegerAttr,
     StringAttr,
     TensorType,
+    round_bf16,
 )
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
 from accy.dialects.prim import DATA_OPS
@@ -61,6 +64,10 @@ UNARY_I = {"neg": "(-{0})", "abs": "(({0}) < 0 ? -({0}) : ({0}))",
 CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 REDUCE_INIT = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
 REDUCE_INIT_I = {"sum": "0", "max": "{lo}", "min": "{hi}"}
+EXACT_OPS = frozenset({"neg", "abs", "relu", "max", "min"})
+"""Float ops whose result is one of their operands, negated or not: on f16/bf16
+operands that are already numbers of the type, rounding the result changes nothing
+(so it is not spelled: two instructions a value)."""
 NEGATING = frozenset({"neg", "sigmoid"})
 """Ops whose spelling puts a ``-`` before an operand: a negative literal operand is
 parenthesized there (``(--3.0f)`` is not C)."""
@@ -386,20 +393,7 @@ class ExprBuilder:
             return self.cast(args[0], src, el)
         in_el = elem_of(op.operands[0])
         if in_el in ("f32", "f16", "bf16", "f64"):
-            f = "f" if in_el != "f64" else ""
-            one = "1.0f" if f else "1.0"
-            zero = "0.0f" if f else "0.0"
-            table = UNARY_F if len(args) == 1 else BINARY_F
-            if name not in table:
-                raise AccyError(f"no {('unary' if len(args) == 1 else 'binary')} '{name}' "
-                                f"for floats")
-            if self.cuda and name == "rsqrt":
-                text = f"rsqrt{f}({args[0]})"
-            elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
-                text = f"__{name}f({args[0]})"
-            else:
-                text = table[name].format(*args, f=f, one=one, zero=zero)
-            return round_compute(text, el)
+            return self.float_expr(op, name, args, in_el, el)
         t = {"long long": "ll", "unsigned long long": "ull"}.get(COMPUTE[in_el], "int")
         table = UNARY_I if len(args) == 1 else BINARY_I
         if name not in table:
@@ -408,6 +402,52 @@ class ExprBuilder:
         if el == "i1":
             text = f"((int)(({text}) != 0))"
         return round_compute(text, el)
+
+    def float_expr(self, op: Operation, name: str, args: list[str], in_el: str,
+                   el: str) -> str:
+        """A float elementwise op's expression on its operands' expressions ``args``,
+        rounded to ``el`` where that changes anything."""
+        f = "f" if in_el != "f64" else ""
+        one = "1.0f" if f else "1.0"
+        zero = "0.0f" if f else "0.0"
+        table = UNARY_F if len(args) == 1 else BINARY_F
+        if name not in table:
+            raise AccyError(f"no {('unary' if len(args) == 1 else 'binary')} '{name}' "
+                            f"for floats")
+        if self.cuda and name == "rsqrt":
+            text = f"rsqrt{f}({args[0]})"
+        elif self.cuda and f and name == "erfc":  # accy.target.cuda.erfc_helper
+            text = f"accy_erfcf({args[0]})"
+        elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
+            text = f"__{name}f({args[0]})"
+        else:
+            text = table[name].format(*args, f=f, one=one, zero=zero)
+        if name in EXACT_OPS and el in ("f16", "bf16") and \
+                all(self.representable(o, el) for o in op.operands):
+            return text  # picks or negates an operand already in its element type
+        return round_compute(text, el)
+
+    def representable(self, v: Value, el: str) -> bool:
+        """Whether every value of ``v`` is exactly an ``el`` (f16/bf16) number in its
+        expression: a load of an ``el`` input, an op result rounded to ``el``
+        (:func:`round_compute`), one of those broadcast, transposed or selected, or a
+        constant whose values are ``el`` numbers. A value the kernel bound itself (a
+        row statistic, an accumulator) is not known to be."""
+        if v in self.bound or elem_of(v) != el:
+            return False
+        if isinstance(v, BlockArgument):
+            return True
+        assert isinstance(v, OpResult)
+        name = v.op.op_name.split(".", 1)[1]
+        if name in ("broadcast", "transpose"):
+            return self.representable(v.op.operands[0], el)
+        if name == "select":
+            return all(self.representable(o, el) for o in v.op.operands[1:])
+        if name == "constant":
+            value = v.op.attr("value")
+            return isinstance(value, DenseElementsAttr) and all(
+                _in_half(float(x), el) for x in value.values)  # type: ignore[arg-type]
+        return name not in DATA_OPS and name not in ("reduce", "matmul", "cmp")
 
     def data_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
         """``prim.slice|concat|pad|gather|gather_elements`` at ``idx`` (lanes resolved:
@@ -656,3 +696,13 @@ def translation_unit(head: list[str], kernels: list[Any],
         tables.extend(tabs)
         texts.append(text)
     return "\n".join([*head, *tables, *texts]) + "\n"
+
+
+def _in_half(x: float, el: str) -> bool:
+    """Whether ``x`` is exactly an ``el`` (f16/bf16) number (NaN counts: rounding keeps
+    a NaN a NaN)."""
+    if math.isnan(x):
+        return True
+    with np.errstate(over="ignore"):
+        r = float(np.float16(x)) if el == "f16" else round_bf16(x)
+    return r == x

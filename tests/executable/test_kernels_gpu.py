@@ -298,3 +298,34 @@ def test_long_reductions_split_in_two_match_the_reference(element: str) -> None:
         w = np.asarray(w, np.float64)
         scale = max(1.0, float(np.max(np.abs(w))))
         assert float(np.max(np.abs(np.asarray(g, np.float64) - w))) <= ulp * scale
+
+
+ERFC = '''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<?xf32>) -> tensor<?xf32>, sym_name = "main"}> ({
+  ^bb0(%x: tensor<?xf32>):
+    %0 = "semantic.erfc"(%x) : (tensor<?xf32>) -> tensor<?xf32>
+    "func.return"(%0) : (tensor<?xf32>) -> ()
+  }) : () -> ()
+}) : () -> ()'''
+
+
+def test_erfc_on_the_device_is_within_six_ulp() -> None:
+    """The device build of ``accy_erfcf`` (``rcp.approx`` and CUDA's ``expf``; the host
+    build is ``tests/target/test_erfc_helper.py``) at every 97th f32 of [0, 10.06] and
+    their negatives, against the float64 erfc of :mod:`accy.numerics`."""
+    from accy.numerics import erfc
+    from accy.preparation.products import SemanticModule
+
+    a = np.arange(0, 0x4120F5C3, 97, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([a, -a])
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        SemanticModule.from_text(ERFC, "erfc.mlir"),
+        PreparationRequest(options=RunOptions.parse("cuda", []), shapes={0: x.shape}))
+    got = np.asarray(update.fragment(x)[0], np.float64)
+    want = erfc(x.astype(np.float64))
+    wf = want.astype(np.float32)
+    ok = wf >= np.float32(1.2e-38)  # normal results (a denormal's ulp is another)
+    ulp = np.spacing(wf[ok]).astype(np.float64)
+    err = np.abs(got[ok] - want[ok]) / ulp
+    assert err.max() <= 6.0, (float(err.max()), float(x[ok][np.argmax(err)]))
+    assert np.all(got[~ok] <= 1.2e-38)

@@ -24,6 +24,8 @@ import tempfile
 
 import numpy as np
 
+from accy.target.cuda import erfc_helper
+
 SHIM = r"""
 #include <barrier>
 #include <cmath>
@@ -71,7 +73,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
 }
 #define __expf expf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-"""
+""" + erfc_helper("static inline", "t = 1.0f / u;") + "\n"
 
 
 def available() -> bool:

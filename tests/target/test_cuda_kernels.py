@@ -51,6 +51,25 @@ def test_bf16_rounds_in_one_instruction() -> None:
     cubin(text)
 
 
+@pytest.mark.parametrize("element,rounding", [("bf16", "accy_f2bf("), ("f16", "accy_f2h(")])
+def test_half_ops_that_pick_an_operand_are_not_rounded(element: str, rounding: str) -> None:
+    """elementwise_chain: of its 14 ops neg, abs, max, relu and min return an operand
+    that is already a half number, so only the other 9 round (per lane, 8 lanes, and
+    the 4 packed stores round through the pack helper)."""
+    text = source(graph("elementwise_chain", element), {0: (8, 4096), 1: (1, 4096)})
+    body = text[text.index("__global__"):]
+    assert body.count(rounding) == 9 * 8
+    assert "(-t" in body and "fabsf(t" in body
+    cubin(text)
+
+
+def test_gelu_calls_accys_erfc() -> None:
+    text = source(graph("bias_gelu"), {0: (8, 4096)})
+    assert "accy_erfcf(t" in text and "float accy_erfcf(float x)" in text
+    assert " erfcf(" not in text
+    cubin(text)
+
+
 def test_f32_programs_carry_no_half_helpers() -> None:
     text = source(graph("bias_gelu"), {0: (8, 4096)})
     assert "accy_pack_" not in text and "make_float4(" in text
