@@ -562,3 +562,23 @@ def test_a_put_makes_again_a_folder_removed_since_the_last_put(tmp_path):
     shutil.rmtree(folder)  # by hand, or another process's clean-up
     assert store.put("ab12ef", b"two", kind="stage")
     assert store.get("ab12ef", kind="stage") == b"two"
+
+
+def test_temporary_names_are_distinct_and_new_after_a_fork():
+    from accy.store import _TMP, _tmp_name
+
+    names = {_tmp_name() for _ in range(1000)}
+    assert len(names) == 1000 and all(_TMP.fullmatch(n) for n in names)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own pid and token, so no name of the parent's
+        os.close(r)
+        os.write(w, _tmp_name().encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 200).decode()
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert _TMP.fullmatch(child) and child not in names
+    token = lambda n: n.split("-")[-1][:16]  # noqa: E731
+    assert token(child) != token(next(iter(names)))
