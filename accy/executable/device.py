@@ -108,7 +108,7 @@ def compile_cuda(
     try:
         try:
             nvrtc.compileProgram(prog, list(opts))
-            return bytes(nvrtc.getCUBIN(prog))
+            return _whole_cubin(prog, bytes(nvrtc.getCUBIN(prog)))
         except nvrtc.NVRTCError as e:
             log = nvrtc.getProgramLog(prog) or str(e)
             source_path = lasting_source(source_path, name, source)
@@ -120,6 +120,33 @@ def compile_cuda(
             ) from None
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def _whole_cubin(prog: int, cubin: bytes) -> bytes:
+    """The whole cubin of NVRTC program ``prog``, of which CuPy's ``getCUBIN`` returned
+    ``cubin``: CuPy 14 drops its last byte (it strips the terminator NVRTC counts in a
+    PTX or log size, which a cubin's size does not hold), so the ELF ends one byte
+    short of its last header — a driver loads it, but ``cuobjdump`` and ``nvdisasm``
+    reject it. Read again through NVRTC's C API (the library CuPy loaded, by soname)
+    when its size says a byte is missing; otherwise ``cubin`` as it is."""
+    try:
+        lib = _nvrtc_library()
+        size = ctypes.c_size_t()
+        if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) != 0 or \
+                size.value != len(cubin) + 1:
+            return cubin
+        buf = ctypes.create_string_buffer(size.value)
+        if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) != 0 or buf.raw[:len(cubin)] != cubin:
+            return cubin
+        return buf.raw
+    except (OSError, AttributeError):
+        return cubin
+
+
+@functools.cache
+def _nvrtc_library() -> ctypes.CDLL:
+    """NVRTC's shared library, as loaded by CuPy (``libnvrtc.so.<major>``)."""
+    return ctypes.CDLL(f"libnvrtc.so.{nvrtc_version()[0]}")
 
 
 # ---------------------------------------------------------------- host C compiler

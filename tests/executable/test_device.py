@@ -44,6 +44,18 @@ def test_compile_cuda_gives_a_cubin_without_a_gpu(tmp_path):
     assert (tmp_path / "fragment.cu").read_text() == SCALE_CU
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+def test_the_cubin_is_a_whole_elf_file(arch):
+    """Its section and program header tables end inside it (CuPy's getCUBIN alone
+    leaves the file one byte short, device._whole_cubin)."""
+    import struct
+
+    cubin = device.compile_cuda(SCALE_CU, arch)
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", cubin, 0x36)
+    assert len(cubin) >= max(phoff + phnum * phentsize, shoff + shnum * shentsize)
+
+
 def test_compile_cuda_differs_by_arch():
     assert device.compile_cuda(SCALE_CU, "sm_80") != device.compile_cuda(SCALE_CU, "sm_90")
 
