@@ -480,13 +480,19 @@ def summary_line(name: str, e: dict[str, Any]) -> str:
     if "error" in e:
         return f"{name:26s} ERROR {e['error'][:100]}"
     key, unit = ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
-    parts = [f"{name:26s}", f"accy {e['accy'][key]:8.1f}"]
+    def fig(side: dict[str, Any]) -> str:  # † = dispatch-bound (host enqueue ≥ GPU time)
+        return f"{side[key]:8.1f}" + ("†" if side.get("host_bound") else " ")
+
+    parts = [f"{name:26s}", f"accy {fig(e['accy'])}"]
     for other in ("torch_eager", "torch_compile", "cublas"):
         if e.get(other):
-            parts.append(f"{other.replace('torch_', '')} {e[other][key]:8.1f}")
+            parts.append(f"{other.replace('torch_', '')} {fig(e[other])}")
     parts.append(unit)
     if "accy_over_torch_compile" in e:
-        parts.append(f"accy/compile {e['accy_over_torch_compile']:.2f}")
+        # a ratio against a dispatch-bound side compares with its host, not its kernel
+        bound = e["accy"].get("host_bound") or (e.get("torch_compile") or {}).get("host_bound")
+        parts.append(f"accy/compile {e['accy_over_torch_compile']:.2f}"
+                     + (" (dispatch-bound)" if bound else ""))
     if "accy_over_torch_compile_graphs" in e:
         parts.append(f"accy/compile(graphs) {e['accy_over_torch_compile_graphs']:.2f}")
     if "accy_over_cublas" in e:

@@ -1,0 +1,35 @@
+"""``benchmarks/kernels.py``'s summary line marks a dispatch-bound side (†) and says a
+ratio against one is not a kernel ratio."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kernels():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("accy_bench_kernels",
+                                                  ROOT / "benchmarks" / "kernels.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def entry(compile_bound: bool) -> dict:  # type: ignore[type-arg]
+    side = {"gbs": 3000.0, "host_bound": False}
+    return {"flops": 0, "accy": {"gbs": 3795.0, "host_bound": False}, "torch_eager": side,
+            "torch_compile": {"gbs": 3692.0, "host_bound": compile_bound},
+            "accy_over_torch_compile": 1.03, "err": 6e-8, "pass": True, "cold_compile_s": 0.1}
+
+
+def test_a_dispatch_bound_peer_is_marked():
+    line = _kernels().summary_line("bias_gelu", entry(True))
+    assert "3692.0†" in line and "accy/compile 1.03 (dispatch-bound)" in line
+
+
+def test_a_kernel_ratio_is_plain():
+    line = _kernels().summary_line("bias_gelu", entry(False))
+    assert "†" not in line and "dispatch-bound" not in line and "accy/compile 1.03" in line
