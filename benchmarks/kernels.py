@@ -39,6 +39,7 @@ processes), that column is only cold on a machine that never compiled the progra
 Run on a GPU machine::
 
     python3 benchmarks/kernels.py [--only NAME[,NAME]] [--quick] [--out FILE]
+    python3 benchmarks/kernels.py --markdown FILE   # that run's table for RESULTS.md
 """
 
 from __future__ import annotations
@@ -522,6 +523,47 @@ def run_header(args: Any, tolerance: Any) -> dict[str, Any]:
                        "tolerance": tolerance}}
 
 
+def markdown_table(result: dict[str, Any]) -> str:
+    """A run's JSON (``--out``) as the table ``benchmarks/RESULTS.md`` keeps: every
+    program, both ratios, † on a dispatch-bound side.
+
+    >>> side = {"gbs": 3795.0, "gbs_range": [3791.0, 3797.0], "host_bound": False}
+    >>> run = {"programs": {"bias_gelu": {"flops": 0, "accy": side, "torch_compile": dict(
+    ...     side, gbs=3692.0, host_bound=True), "accy_over_torch_compile": 1.028,
+    ...     "launches": [{}], "err": 6.3e-08, "pass": True}}}
+    >>> print(markdown_table(run).splitlines()[-1])
+    | bias_gelu | GB/s | 3795 | 3791–3797 | — | 3692† | — | — | 1.03 |  | 1 | 6.3e-08 pass |
+    """
+    def fig(v: float | None) -> str:
+        return "—" if v is None else (f"{v:.3g}" if v < 100 else f"{v:.0f}")
+
+    lines = ["| program | unit | accy | accy min–max | torch eager | torch.compile | "
+             "compile, reduce-overhead | cuBLAS | accy / compile | accy / cuBLAS | "
+             "launches (graph) | err |", "| --- " * 12 + "|"]
+    for name, e in result["programs"].items():
+        if "error" in e:
+            lines.append(f"| {name} | ERROR {e['error'][:80]} |" + " |" * 10)
+            continue
+        key, unit = ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
+
+        def side(k: str, e: dict[str, Any] = e, key: str = key) -> str:
+            x = e.get(k)
+            return "—" if not x else fig(x.get(key)) + ("†" if x.get("host_bound") else "")
+
+        lo, hi = e["accy"][key + "_range"]
+        ratio = e.get("accy_over_torch_compile")
+        cublas = e.get("accy_over_cublas")
+        lines.append(
+            f"| {name} | {unit} | {side('accy')} | {fig(lo)}–{fig(hi)} | "
+            f"{side('torch_eager')} | {side('torch_compile')} | "
+            f"{side('torch_compile_graphs')} | {side('cublas')} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}'} | "
+            f"{'' if cublas is None else f'{cublas:.2f}'} | "
+            f"{len(e.get('launches', []))}{' (graph)' if e.get('accy_graph') else ''} | "
+            f"{e['err']:.1e} {'pass' if e['pass'] else 'FAIL'} |")
+    return "\n".join(lines)
+
+
 def save_json(path: str, obj: Any) -> None:
     """Write ``obj`` to ``path`` whole or not at all (no-op without a path)."""
     if path:
@@ -540,7 +582,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default="", help="also write the JSON here (after every case)")
     ap.add_argument("--list", action="store_true", help="print the case names and stop")
+    ap.add_argument("--markdown", default="", metavar="JSON",
+                    help="print the RESULTS.md table of an earlier run's --out JSON and stop")
     args = ap.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            print(markdown_table(json.load(f)))
+        return {}
     if args.quick:
         args.calls, args.repeats = min(args.calls, 10), min(args.repeats, 3)
     todo = cases(args.quick)

@@ -1,5 +1,5 @@
-"""``benchmarks/kernels.py``'s summary line marks a dispatch-bound side (†) and says a
-ratio against one is not a kernel ratio."""
+"""``benchmarks/kernels.py``'s summary line and RESULTS table mark a dispatch-bound side
+(†), and the summary line says a ratio against one is not a kernel ratio."""
 
 from __future__ import annotations
 
@@ -33,3 +33,18 @@ def test_a_dispatch_bound_peer_is_marked():
 def test_a_kernel_ratio_is_plain():
     line = _kernels().summary_line("bias_gelu", entry(False))
     assert "†" not in line and "dispatch-bound" not in line and "accy/compile 1.03" in line
+
+
+def test_the_results_table_has_every_program_and_both_ratios():
+    e = entry(True)
+    e.update(accy={"gbs": 3795.0, "gbs_range": [3791.0, 3797.0], "host_bound": False},
+             launches=[{}, {}], accy_graph=True)
+    mm = {"flops": 1, "accy": {"tflops": 683.3, "tflops_range": [617.0, 698.1]},
+          "cublas": {"tflops": 695.6, "host_bound": False}, "accy_over_torch_compile": 0.9,
+          "accy_over_cublas": 0.982, "launches": [{}], "err": 2.5e-3, "pass": False}
+    rows = _kernels().markdown_table({"programs": {"bias_gelu": e, "mm": mm}}).splitlines()
+    assert len(rows) == 4 and rows[1].count("---") == 12
+    assert rows[2] == ("| bias_gelu | GB/s | 3795 | 3791–3797 | 3000 | 3692† | — | — | 1.03 "
+                       "|  | 2 (graph) | 6.0e-08 pass |")
+    assert rows[3] == ("| mm | TFLOP/s | 683 | 617–698 | — | — | — | 696 | 0.90 | 0.98 | 1 | "
+                       "2.5e-03 FAIL |")
