@@ -477,12 +477,23 @@ def device_copy(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _measure(e: dict[str, Any]) -> tuple[str, str]:
+    """A program's figure: its key in each side's timing, and its unit."""
+    return ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
+
+
+def _dagger(side: dict[str, Any]) -> str:
+    """† on a dispatch-bound side (its host enqueue per call reached its GPU time)."""
+    return "†" if side.get("host_bound") else ""
+
+
 def summary_line(name: str, e: dict[str, Any]) -> str:
     if "error" in e:
         return f"{name:26s} ERROR {e['error'][:100]}"
-    key, unit = ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
-    def fig(side: dict[str, Any]) -> str:  # † = dispatch-bound (host enqueue ≥ GPU time)
-        return f"{side[key]:8.1f}" + ("†" if side.get("host_bound") else " ")
+    key, unit = _measure(e)
+
+    def fig(side: dict[str, Any]) -> str:
+        return f"{side[key]:8.1f}" + (_dagger(side) or " ")
 
     parts = [f"{name:26s}", f"accy {fig(e['accy'])}"]
     for other in ("torch_eager", "torch_compile", "cublas"):
@@ -544,11 +555,11 @@ def markdown_table(result: dict[str, Any]) -> str:
         if "error" in e:
             lines.append(f"| {name} | ERROR {e['error'][:80]} |" + " |" * 10)
             continue
-        key, unit = ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
+        key, unit = _measure(e)
 
         def side(k: str, e: dict[str, Any] = e, key: str = key) -> str:
             x = e.get(k)
-            return "—" if not x else fig(x.get(key)) + ("†" if x.get("host_bound") else "")
+            return "—" if not x else fig(x.get(key)) + _dagger(x)
 
         lo, hi = e["accy"][key + "_range"]
         ratio = e.get("accy_over_torch_compile")

@@ -19,15 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from accy.choir.attributes import (
     DenseArrayAttr,
     DenseElementsAttr,
     IntegerAttr,
     StringAttr,
     TensorType,
-    round_bf16,
+    round_to_type,
 )
 from accy.choir.ir import BlockArgument, Operation, OpResult, Value
 from accy.dialects.prim import DATA_OPS
@@ -393,7 +391,7 @@ class ExprBuilder:
             return self.cast(args[0], src, el)
         in_el = elem_of(op.operands[0])
         if in_el in ("f32", "f16", "bf16", "f64"):
-            return self.float_expr(op, name, args, in_el, el)
+            return self.float_expr(op, args)
         t = {"long long": "ll", "unsigned long long": "ull"}.get(COMPUTE[in_el], "int")
         table = UNARY_I if len(args) == 1 else BINARY_I
         if name not in table:
@@ -403,11 +401,12 @@ class ExprBuilder:
             text = f"((int)(({text}) != 0))"
         return round_compute(text, el)
 
-    def float_expr(self, op: Operation, name: str, args: list[str], in_el: str,
-                   el: str) -> str:
+    def float_expr(self, op: Operation, args: list[str]) -> str:
         """A float elementwise op's expression on its operands' expressions ``args``,
-        rounded to ``el`` where that changes anything."""
-        f = "f" if in_el != "f64" else ""
+        rounded to its element type where that changes anything."""
+        name = op.op_name.split(".", 1)[1]
+        el = elem_of(op.results[0])
+        f = "f" if elem_of(op.operands[0]) != "f64" else ""
         one = "1.0f" if f else "1.0"
         zero = "0.0f" if f else "0.0"
         table = UNARY_F if len(args) == 1 else BINARY_F
@@ -443,10 +442,11 @@ class ExprBuilder:
             return self.representable(v.op.operands[0], el)
         if name == "select":
             return all(self.representable(o, el) for o in v.op.operands[1:])
-        if name == "constant":
+        if name == "constant":  # NaN counts: rounding keeps a NaN a NaN
             value = v.op.attr("value")
             return isinstance(value, DenseElementsAttr) and all(
-                _in_half(float(x), el) for x in value.values)  # type: ignore[arg-type]
+                x != x or round_to_type(float(x), value.type.element) == x  # type: ignore[arg-type]
+                for x in value.values)
         return name not in DATA_OPS and name not in ("reduce", "matmul", "cmp")
 
     def data_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
@@ -697,12 +697,3 @@ def translation_unit(head: list[str], kernels: list[Any],
         texts.append(text)
     return "\n".join([*head, *tables, *texts]) + "\n"
 
-
-def _in_half(x: float, el: str) -> bool:
-    """Whether ``x`` is exactly an ``el`` (f16/bf16) number (NaN counts: rounding keeps
-    a NaN a NaN)."""
-    if math.isnan(x):
-        return True
-    with np.errstate(over="ignore"):
-        r = float(np.float16(x)) if el == "f16" else round_bf16(x)
-    return r == x
