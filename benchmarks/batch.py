@@ -268,15 +268,66 @@ class CpuMeter:
         self.figures = out
 
 
+STREAM = [False]
+"""``--stream``: each measured accy batch records its task stream's figures."""
+
+
 def metered_batch(client: Any, cluster: Any, vs: list[Any], store: str) \
         -> tuple[Any, dict[str, Any]]:
-    """One accy batch and the CPU it took (:class:`CpuMeter`'s figures)."""
+    """One accy batch and the CPU it took (:class:`CpuMeter`'s figures), with
+    ``--stream`` also the figures of its task stream (:func:`stream_figures`) under
+    ``"task_stream"``."""
+    import contextlib
+
+    from distributed import get_task_stream
+
     from accy.distributed.batch import run_batch
 
     cold_workers(client)
-    with CpuMeter(cluster) as meter:
+    stream = get_task_stream(client) if STREAM[0] else contextlib.nullcontext()
+    with stream as ts, CpuMeter(cluster) as meter:
+        t0 = time.time()
         result = run_batch(client, vs, store_url=store)
-    return result, meter.figures
+        t1 = time.time()
+    figures = dict(meter.figures)
+    if ts is not None:
+        workers = len(client.scheduler_info().get("workers", {}))
+        figures["task_stream"] = stream_figures(ts.data, t0, t1, workers)
+    return result, figures
+
+
+def stream_figures(stream: list[dict[str, Any]], t0: float, t1: float, workers: int) \
+        -> dict[str, Any]:
+    """Where a batch's wall time (``t0`` … ``t1``, wall-clock seconds) went on the
+    workers, from Dask's task stream: how long before the first task started and after
+    the last one stopped, the workers' busy fraction of the wall, and each task kind's
+    count and compute seconds (a kind is the key's name, e.g. ``accy_group-contract-load``).
+
+    >>> s = [{"key": ("accy_contract-load", "a"), "worker": "w1",
+    ...       "startstops": [{"action": "compute", "start": 1.0, "stop": 2.0}]},
+    ...      {"key": ("accy_contract-load", "b"), "worker": "w2",
+    ...       "startstops": [{"action": "transfer", "start": 0.5, "stop": 1.5},
+    ...                      {"action": "compute", "start": 1.5, "stop": 3.0}]}]
+    >>> f = stream_figures(s, 0.5, 3.5, 2)
+    >>> f["first_start_s"], f["after_last_s"], f["busy_fraction"], f["kinds"]
+    (0.5, 0.5, 0.417, {'accy_contract-load': [2, 2.5]})
+    """
+    spans = [(ss["start"], ss["stop"], t["key"]) for t in stream
+             for ss in t.get("startstops", ()) if ss.get("action") == "compute"]
+    if not spans:
+        return {"tasks": 0}
+    kinds: dict[str, list[Any]] = {}
+    for start, stop, key in spans:
+        name = key[0] if isinstance(key, tuple) else str(key).split("-")[0]
+        k = kinds.setdefault(str(name), [0, 0.0])
+        k[0] += 1
+        k[1] += stop - start
+    busy = sum(stop - start for start, stop, _ in spans)
+    return {"tasks": len(spans), "wall_s": round(t1 - t0, 3),
+            "first_start_s": round(min(s[0] for s in spans) - t0, 3),
+            "after_last_s": round(t1 - max(s[1] for s in spans), 3),
+            "busy_fraction": round(busy / max(1, workers) / max(t1 - t0, 1e-9), 3),
+            "kinds": {n: [c, round(sec, 3)] for n, (c, sec) in kinds.items()}}
 
 
 def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
@@ -540,8 +591,12 @@ def main() -> None:
                          "(fresh variants and store each time) and report min/median/max "
                          "of the ratios, instead of one pass each")
     ap.add_argument("--profile", default=None, metavar="DIR")
+    ap.add_argument("--stream", action="store_true",
+                    help="record each measured accy batch's task stream figures: time to "
+                         "the first task, after the last, the workers' busy fraction")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
+    STREAM[0] = args.stream
     tgt = _tgt(args.target)
     own = not args.scheduler_in_client
     if args.big_child:

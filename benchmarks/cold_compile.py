@@ -7,7 +7,7 @@ NVRTC on the H200's host serves a source it compiled before â€” in any process â
 in ~14 ms when only comments differ. The six stages are timed once per program.
 Reports min / median / max seconds per unit.
 
-    python3 benchmarks/cold_compile.py [--target cuda:sm_90a] [--repeats 3]
+    python3 benchmarks/cold_compile.py [--target cuda:sm_90a] [--repeats 3] [--option STAGE.NAME=VALUE]
 
 The default target is ``cuda:sm_90a`` (what ``cuda`` means on a Hopper GPU), so a
 machine without one times the same wgmma units: there ``cuda`` would mean ``sm_90``,
@@ -43,7 +43,8 @@ CASES: list[tuple[str, str, dict[int, tuple[int, ...]], str]] = [
 ]
 
 
-def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, target: str) -> Any:
+def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, target: str,
+               options: list[str] | None = None) -> Any:
     from accy.pipeline import prepare_through
     from accy.preparation.options import RunOptions
     from accy.preparation.products import SemanticModule
@@ -55,7 +56,7 @@ def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, targ
     if variant == "mma":
         target = "cuda:sm_90"
     return prepare_through(SemanticModule.from_text(text, path), "target",
-                           RunOptions.parse(target), shapes).product
+                           RunOptions.parse(target, options or []), shapes).product
 
 
 def main() -> None:
@@ -64,13 +65,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="cuda:sm_90a")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--option", action="append", default=[], metavar="STAGE.NAME=VALUE",
+                    help="an accy option for every unit (repeatable), e.g. "
+                         "kernel.wgmma_stages=3")
     args = ap.parse_args()
+    from accy.errors import AccyError
+    from accy.preparation.options import RunOptions
+
+    try:
+        RunOptions.parse(args.target, args.option)
+    except AccyError as e:
+        ap.error(str(e))
     warm = fragment_backend(target_job(*CASES[6][1:], args.target))
     warm.compile('extern "C" __global__ void k() {}', "/tmp/accy-cold-ws", warm.flags(False))
-    out: dict[str, Any] = {"target": args.target, "repeats": args.repeats, "units": {}}
+    out: dict[str, Any] = {"target": args.target, "repeats": args.repeats,
+                           "options": args.option, "units": {}}
     for name, path, shapes, variant in CASES:
         t0 = time.perf_counter()
-        job = target_job(path, shapes, variant, args.target)
+        job = target_job(path, shapes, variant, args.target, args.option)
         stages = time.perf_counter() - t0
         backend, plan = fragment_backend(job), FragmentPlan.of(job)
         source = job.module.attributes["target.source"].value
@@ -84,7 +96,8 @@ def main() -> None:
                               "nvrtc_s": [round(min(times), 3),
                                           round(statistics.median(times), 3),
                                           round(max(times), 3)],
-                              "kernels": [launch.kernel for launch in plan.launches]}
+                              "kernels": [launch.kernel for launch in plan.launches],
+                              "flags": list(backend.flags(plan.fast_math))}
         print(name, json.dumps(out["units"][name]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 

@@ -39,6 +39,7 @@ processes), that column is only cold on a machine that never compiled the progra
 Run on a GPU machine::
 
     python3 benchmarks/kernels.py [--only NAME[,NAME]] [--quick] [--out FILE]
+        [--option STAGE.NAME=VALUE ...]   # accy options for every fragment (an A/B)
     python3 benchmarks/kernels.py --markdown FILE   # that run's table for RESULTS.md
 """
 
@@ -345,6 +346,21 @@ def cupy_view(t: Any) -> Any:
     return cupy.asarray(t)
 
 
+OPTIONS: list[str] = []
+"""``--option STAGE.NAME=VALUE`` assignments every accy fragment of the run is built with."""
+
+
+def check_options(ap: argparse.ArgumentParser, options: list[str]) -> None:
+    """A bad ``--option`` is a usage error before the run, not an error in every case."""
+    from accy.errors import AccyError
+    from accy.preparation.options import RunOptions
+
+    try:
+        RunOptions.parse("cuda:sm_90a", options)
+    except AccyError as e:
+        ap.error(str(e))
+
+
 def accy_fragment(case: dict[str, Any], shapes: list[tuple[int, ...]]) -> tuple[Any, dict]:
     """The loaded fragment (a fresh cache: a cold compile) and its compile timings."""
     from accy.executable.cache import FragmentCompilerCache
@@ -357,7 +373,7 @@ def accy_fragment(case: dict[str, Any], shapes: list[tuple[int, ...]]) -> tuple[
     BINARIES.clear()  # cold: not the binary of a same-source program compiled earlier
     t0 = time.perf_counter()
     update = FragmentCompilerCache().refresh_from_semantic_module(
-        sm, PreparationRequest(source=case["name"], options=RunOptions.parse("cuda"),
+        sm, PreparationRequest(source=case["name"], options=RunOptions.parse("cuda", OPTIONS),
                                shapes=dict(enumerate(shapes))))
     cold = time.perf_counter() - t0
     frag = update.fragment
@@ -527,7 +543,7 @@ def run_header(args: Any, tolerance: Any) -> dict[str, Any]:
     torch.set_float32_matmul_precision("highest")
     return {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "cupy": cupy.__version__,
+            "cupy": cupy.__version__, "options": list(getattr(args, "option", [])),
             "method": {"calls": args.calls, "repeats": args.repeats, "tf32": False,
                        "statistic": "median of repeats; per repeat, CUDA-event time of "
                                     "the back-to-back calls / calls",
@@ -593,6 +609,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", default="", help="also write the JSON here (after every case)")
     ap.add_argument("--list", action="store_true", help="print the case names and stop")
+    ap.add_argument("--option", action="append", default=[], metavar="STAGE.NAME=VALUE",
+                    help="an accy option for every fragment (repeatable), as accy's CLI")
     ap.add_argument("--markdown", default="", metavar="JSON",
                     help="print the RESULTS.md table of an earlier run's --out JSON and stop")
     args = ap.parse_args(argv)
@@ -607,6 +625,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         wanted = [w for w in args.only.split(",") if w]
         todo = [c for c in todo if any(c["name"] == w or c["name"].startswith(w + "_")
                                        or c["name"].startswith(w) for w in wanted)]
+    OPTIONS[:] = args.option
+    check_options(ap, OPTIONS)
     if args.list:
         print("\n".join(c["name"] for c in todo))
         return {}

@@ -48,3 +48,19 @@ def test_the_results_table_has_every_program_and_both_ratios():
                        "|  | 2 (graph) | 6.0e-08 pass |")
     assert rows[3] == ("| mm | TFLOP/s | 683 | 617–698 | — | — | — | 696 | 0.90 | 0.98 | 1 | "
                        "2.5e-03 FAIL |")
+
+
+def test_a_bad_option_is_a_usage_error_before_the_run(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        _kernels().main(["--option", "kernel.block_sise=128", "--list"])
+    assert e.value.code == 2
+    assert "unknown option 'kernel.block_sise'" in capsys.readouterr().err
+
+
+def test_a_good_option_is_kept_for_every_fragment(capsys):
+    k = _kernels()
+    k.main(["--option", "kernel.block_size=128", "--list", "--only", "mlp"])
+    assert capsys.readouterr().out.split() == ["mlp"]
+    assert k.OPTIONS == ["kernel.block_size=128"]
