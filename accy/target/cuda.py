@@ -1057,14 +1057,16 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _wgmma_call(instr: str, acc: str, n_acc: int) -> str:
-    """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into ``acc[0..n_acc)``: A
-    K-major, B N-major (transposed: the ``[K, N]`` row-major operand), accumulating."""
+def _wgmma_call(instr: str, acc: list[str], da: str = "da") -> str:
+    """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into the accumulators
+    ``acc``: A K-major, B N-major (transposed: the ``[K, N]`` row-major operand),
+    accumulating."""
+    n_acc = len(acc)
     regs = ",".join(f"%{i}" for i in range(n_acc))
-    outs = ", ".join(f'"+f"({acc}[{i}])' for i in range(n_acc))
+    outs = ", ".join(f'"+f"({a})' for a in acc)
     return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n_acc + 2}, 0;\\n'
             f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %{n_acc}, %{n_acc + 1}, '
-            f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"(da), "l"(db), "r"(1));')
+            f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"({da}), "l"(db), "r"(1));')
 
 
 def _tma_load(dst: str, tmap: str, x: str, y: str) -> str:
@@ -1153,43 +1155,44 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "      }",
               "    }",
               "  } else {  // a consumer",
-              "    const int cw = wg - 1;",
-              f"    float d[{per}][{n_acc}];",
-              "    #pragma unroll",
-              f"    for (int mt = 0; mt < {per}; ++mt)",
-              "      #pragma unroll",
-              f"      for (int i = 0; i < {n_acc}; ++i) d[mt][i] = 0.0f;",
-              "    for (int kt = 0; kt < kts; ++kt) {",
+              "    const int cw = wg - 1;"]
+    # The main loop's accumulators are scalars and its k-steps are spelled unrolled: the
+    # wgmma operands are then no array elements for NVRTC to split into registers, which
+    # cost about a tenth of the unit's compile time for the same SASS (RESULTS.md,
+    # Kernels, eighth session)
+    acc = [[f"d{mt}_{i}" for i in range(n_acc)] for mt in range(per)]
+    lines += [f"    float {', '.join(f'{d} = 0.0f' for d in row)};" for row in acc]
+    lines += ["    for (int kt = 0; kt < kts; ++kt) {",
               f"      const int s = kt % {st};",
               f"      accy_mbar_wait(bars + 8 * s, (kt / {st}) & 1);",
               f"      const unsigned a = base + s * {stage}, b = a + {a_bytes};",
-              "      asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");",
-              "      #pragma unroll",
-              f"      for (int j = 0; j < {tk // 16}; ++j) {{",
-              f"        const unsigned long long db = accy_wgmma_desc(b + j * 2048, {tk * 128}, "
-              "1024);",
-              "        #pragma unroll",
-              f"        for (int mt = 0; mt < {per}; ++mt) {{",
-              f"          const unsigned long long da = accy_wgmma_desc(a + (cw * {per} + mt) * "
-              "8192 + j * 32, 16, 1024);",
-              f"          {_wgmma_call(plan.mma, 'd[mt]', n_acc)}",
-              "        }",
-              "      }",
-              "      asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
+              "      asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");"]
+    for j in range(tk // 16):
+        lines += ["      {",
+                  f"        const unsigned long long db = accy_wgmma_desc(b + {j * 2048}, "
+                  f"{tk * 128}, 1024);"]
+        for mt in range(per):
+            lines += [f"        const unsigned long long da{mt} = accy_wgmma_desc(a + (cw * {per} "
+                      f"+ {mt}) * 8192 + {j * 32}, 16, 1024);",
+                      "        " + _wgmma_call(plan.mma, acc[mt], f"da{mt}")]
+        lines.append("      }")
+    lines += ["      asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
               "      asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
               "      if (kt > 0 && (tid & 127) == 0)  // the previous stage's reads are done",
               "        asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: "
               f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
               "    }",
-              "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");",
-              # the accumulators are written asynchronously, behind the compiler's back: a
-              # volatile asm that redefines each after the wait keeps the epilogue's reads
-              # after it (as CUTLASS fences its accumulator operands)
-              "    #pragma unroll",
-              f"    for (int mt = 0; mt < {per}; ++mt)",
-              "      #pragma unroll",
-              f"      for (int i = 0; i < {n_acc}; ++i) asm volatile(\"\" : \"+f\"(d[mt][i]) :: "
-              "\"memory\");"]
+              "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
+    # the accumulators are written asynchronously, behind the compiler's back: a
+    # volatile asm that redefines them after the wait keeps the epilogue's reads after
+    # it (as CUTLASS fences its accumulator operands)
+    lines += ["    asm volatile(\"\" : " + ", ".join(f'"+f"({d})' for d in row)
+              + " :: \"memory\");" for row in acc]
+    # the epilogue loops over them as an array (a loop, not its unrolled text: a fused
+    # epilogue spelled out for each pair made the bf16 MLP's unit 8x longer and slower
+    # to compile)
+    lines.append(f"    float d[{per}][{n_acc}] = {{"
+                 + ", ".join("{" + ", ".join(row) + "}" for row in acc) + "};")
     # warp wq of the consumer holds rows 16·wq … of its 64-row slices
     lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
                                 f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",

@@ -171,7 +171,12 @@ def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
     assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{element}.{element}" in text
     assert "mma.sync" not in text and "ldmatrix" not in text
     assert "extern __shared__ unsigned char smem_raw[];" in text
-    assert "accy_wgmma_desc(b + j * 2048, 8192, 1024)" in text  # B: 64-column slabs
+    for j in range(4):  # B: 64-column slabs, the k-steps of a stage spelled unrolled
+        assert f"accy_wgmma_desc(b + {j * 2048}, 8192, 1024)" in text
+    # the main loop's accumulators are scalars (no array elements as wgmma operands); the
+    # epilogue reads them as an array
+    assert "float d0_0 = 0.0f, d0_1 = 0.0f" in text and "d0_63" in text and "d0_64" not in text
+    assert "float d[1][64] = {{d0_0, d0_1," in text and '"+f"(d[' not in text
     assert "wgmma.wait_group.sync.aligned 1;" in text
     assert text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == 2  # A, B slabs
     assert "mbarrier.try_wait.parity.shared::cta.b64" in text
@@ -200,7 +205,11 @@ def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore
     text = job.module.attributes["target.source"].value
     n = 256 if "kernel.wgmma_tile_n=256" in opts else 128
     per = 2 if "kernel.wgmma_tile_m=256" in opts else 1
-    assert f"m64n{n}k16" in text and f"float d[{per}][{n // 2}];" in text
+    assert f"m64n{n}k16" in text and text.count(f"m64n{n}k16") == 4 * per  # k-steps × slices
+    for mt in range(per):  # each 64-row slice: n/2 scalar accumulators a thread
+        assert f"float d{mt}_0 = 0.0f" in text and f"d{mt}_{n // 2 - 1} = 0.0f" in text
+        assert f"d{mt}_{n // 2} " not in text
+    assert f"d{per}_0" not in text
     assert "setmaxnreg" not in text  # wrong f16 results on the H200 with unrolled K loops
     assert "(int)bz * 256 + m0" in text and "(int)bz * 192 + kt * 64" in text  # batch 2
     launch = dict(job.module.attributes["target.launches"].values[0].entries)
@@ -244,8 +253,9 @@ def test_warpgroup_shared_memory_is_checked_against_the_target() -> None:
 def test_the_mlp_block_in_bf16_runs_both_matmuls_on_warpgroups() -> None:
     text = hopper_source(graph("mlp", "bf16"), {0: (4096, 256)})
     # 4096×1024 in 128×256 blocks (128 of them), 4096×256 in 128×128 (64)
-    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 1
-    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 1
+    # one wgmma a k-step of 16, four a 64-deep stage, each spelled out
+    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 4
+    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 4
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
 
 

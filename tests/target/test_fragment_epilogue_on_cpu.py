@@ -88,7 +88,9 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
         per, tn = plan.warps[1], plan.tile[1]
         prologue = "\n".join(line for line in rest[:rest.index("  const int kts")].splitlines()
                              if "smem_raw" not in line and "bars" not in line) + "\n"
-        epilogue = rest[rest.index('"+f"(d[mt][i]) :: "memory");') + 27:]
+        # after the array the epilogue reads the (scalar) accumulators from
+        start = rest.index(f"    float d[{per}][{tn // 2}] = {{")
+        epilogue = rest[rest.index("\n", start) + 1:]
         row, col = f"(cw * {per} + (I)) * 64 + wq * 16", "(J) * 8"
         acc_lines = ["  if (wg == 0) return;",
                      "  {",
