@@ -1,8 +1,16 @@
-"""Test-wide hooks: tests marked ``gpu`` are skipped on machines without a GPU."""
+"""Test-wide hooks: tests marked ``gpu`` are skipped on machines without a GPU; the
+``benchmark_script`` fixture loads a script of ``benchmarks/``."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,3 +34,25 @@ def _cold_compiles():
 
     BINARIES.clear()
     yield
+
+
+@pytest.fixture
+def benchmark_script():  # type: ignore[no-untyped-def]
+    """``load(name)``: ``benchmarks/<name>.py`` as a fresh module (the scripts are no
+    package), registered in ``sys.modules`` while the test runs (a script that pickles
+    its own functions to child processes needs it there)."""
+    loaded: list[str] = []
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"accy_bench_{name}",
+                                                      BENCHMARKS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        loaded.append(spec.name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
 
 
-def _batch():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("accy_bench_batch",
-                                                  ROOT / "benchmarks" / "batch.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def batch(benchmark_script):  # type: ignore[no-untyped-def]
+    return benchmark_script("batch")
 
 
 def task(key, worker, *spans):  # type: ignore[no-untyped-def]
@@ -22,17 +15,17 @@ def task(key, worker, *spans):  # type: ignore[no-untyped-def]
             "startstops": [{"action": a, "start": s, "stop": e} for a, s, e in spans]}
 
 
-def test_only_compute_counts_and_the_edges_are_measured():
+def test_only_compute_counts_and_the_edges_are_measured(batch):
     stream = [task(("accy_group-contract-load", "g1"), "w1", ("compute", 10.2, 10.8)),
               task(("accy_contract-load", "c1"), "w1", ("transfer", 10.8, 10.9),
                    ("compute", 10.9, 10.95)),
               task(("accy_group-contract-load", "g2"), "w2", ("compute", 10.3, 11.0))]
-    f = _batch().stream_figures(stream, 10.0, 11.25, 2)
+    f = batch.stream_figures(stream, 10.0, 11.25, 2)
     assert f["tasks"] == 3 and f["wall_s"] == 1.25
     assert f["first_start_s"] == 0.2 and f["after_last_s"] == 0.25
     assert f["busy_fraction"] == round((0.6 + 0.05 + 0.7) / 2 / 1.25, 3)
     assert f["kinds"] == {"accy_group-contract-load": [2, 1.3], "accy_contract-load": [1, 0.05]}
 
 
-def test_an_empty_stream_has_no_tasks():
-    assert _batch().stream_figures([], 0.0, 1.0, 4) == {"tasks": 0}
+def test_an_empty_stream_has_no_tasks(batch):
+    assert batch.stream_figures([], 0.0, 1.0, 4) == {"tasks": 0}

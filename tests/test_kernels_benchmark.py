@@ -3,19 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
 
 
-def _kernels():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("accy_bench_kernels",
-                                                  ROOT / "benchmarks" / "kernels.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def kernels(benchmark_script):  # type: ignore[no-untyped-def]
+    return benchmark_script("kernels")
 
 
 def entry(compile_bound: bool) -> dict:  # type: ignore[type-arg]
@@ -25,24 +18,24 @@ def entry(compile_bound: bool) -> dict:  # type: ignore[type-arg]
             "accy_over_torch_compile": 1.03, "err": 6e-8, "pass": True, "cold_compile_s": 0.1}
 
 
-def test_a_dispatch_bound_peer_is_marked():
-    line = _kernels().summary_line("bias_gelu", entry(True))
+def test_a_dispatch_bound_peer_is_marked(kernels):
+    line = kernels.summary_line("bias_gelu", entry(True))
     assert "3692.0†" in line and "accy/compile 1.03 (dispatch-bound)" in line
 
 
-def test_a_kernel_ratio_is_plain():
-    line = _kernels().summary_line("bias_gelu", entry(False))
+def test_a_kernel_ratio_is_plain(kernels):
+    line = kernels.summary_line("bias_gelu", entry(False))
     assert "†" not in line and "dispatch-bound" not in line and "accy/compile 1.03" in line
 
 
-def test_the_results_table_has_every_program_and_both_ratios():
+def test_the_results_table_has_every_program_and_both_ratios(kernels):
     e = entry(True)
     e.update(accy={"gbs": 3795.0, "gbs_range": [3791.0, 3797.0], "host_bound": False},
              launches=[{}, {}], accy_graph=True)
     mm = {"flops": 1, "accy": {"tflops": 683.3, "tflops_range": [617.0, 698.1]},
           "cublas": {"tflops": 695.6, "host_bound": False}, "accy_over_torch_compile": 0.9,
           "accy_over_cublas": 0.982, "launches": [{}], "err": 2.5e-3, "pass": False}
-    rows = _kernels().markdown_table({"programs": {"bias_gelu": e, "mm": mm}}).splitlines()
+    rows = kernels.markdown_table({"programs": {"bias_gelu": e, "mm": mm}}).splitlines()
     assert len(rows) == 4 and rows[1].count("---") == 12
     assert rows[2] == ("| bias_gelu | GB/s | 3795 | 3791–3797 | 3000 | 3692† | — | — | 1.03 "
                        "|  | 2 (graph) | 6.0e-08 pass |")
@@ -50,17 +43,15 @@ def test_the_results_table_has_every_program_and_both_ratios():
                        "2.5e-03 FAIL |")
 
 
-def test_a_bad_option_is_a_usage_error_before_the_run(capsys):
-    import pytest
-
+def test_a_bad_option_is_a_usage_error_before_the_run(capsys, kernels):
     with pytest.raises(SystemExit) as e:
-        _kernels().main(["--option", "kernel.block_sise=128", "--list"])
+        kernels.main(["--option", "kernel.block_sise=128", "--list"])
     assert e.value.code == 2
     assert "unknown option 'kernel.block_sise'" in capsys.readouterr().err
 
 
-def test_a_good_option_is_kept_for_every_fragment(capsys):
-    k = _kernels()
+def test_a_good_option_is_kept_for_every_fragment(capsys, kernels):
+    k = kernels
     k.main(["--option", "kernel.block_size=128", "--list", "--only", "mlp"])
     assert capsys.readouterr().out.split() == ["mlp"]
     assert k.OPTIONS == ["kernel.block_size=128"]
