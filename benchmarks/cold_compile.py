@@ -63,6 +63,8 @@ def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, targ
 
 
 def main() -> None:
+    from kernels import check_options  # this folder: the script's own, on sys.path
+
     from accy.executable.compile import FragmentPlan, fragment_backend
 
     ap = argparse.ArgumentParser()
@@ -72,13 +74,7 @@ def main() -> None:
                     help="an accy option for every unit (repeatable), e.g. "
                          "kernel.wgmma_stages=3")
     args = ap.parse_args()
-    from accy.errors import AccyError
-    from accy.preparation.options import RunOptions
-
-    try:
-        RunOptions.parse(args.target, args.option)
-    except AccyError as e:
-        ap.error(str(e))
+    check_options(ap, args.option, args.target)
     warm = fragment_backend(target_job(*CASES[-2][1:], args.target))
     warm.compile('extern "C" __global__ void k() {}', "/tmp/accy-cold-ws", warm.flags(False))
     out: dict[str, Any] = {"target": args.target, "repeats": args.repeats,
@@ -89,18 +85,19 @@ def main() -> None:
         stages = time.perf_counter() - t0
         backend, plan = fragment_backend(job), FragmentPlan.of(job)
         source = job.module.attributes["target.source"].value
+        flags = backend.flags(plan.fast_math)
         times = []
         for _ in range(args.repeats):
             unique = source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
             t = time.perf_counter()
-            backend.compile(unique, "/tmp/accy-cold-ws", backend.flags(plan.fast_math))
+            backend.compile(unique, "/tmp/accy-cold-ws", flags)
             times.append(time.perf_counter() - t)
         out["units"][name] = {"arch": backend.arch, "stages_s": round(stages, 3),
                               "nvrtc_s": [round(min(times), 3),
                                           round(statistics.median(times), 3),
                                           round(max(times), 3)],
                               "kernels": [launch.kernel for launch in plan.launches],
-                              "flags": list(backend.flags(plan.fast_math))}
+                              "flags": list(flags)}
         print(name, json.dumps(out["units"][name]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 

@@ -350,13 +350,14 @@ OPTIONS: list[str] = []
 """``--option STAGE.NAME=VALUE`` assignments every accy fragment of the run is built with."""
 
 
-def check_options(ap: argparse.ArgumentParser, options: list[str]) -> None:
+def check_options(ap: argparse.ArgumentParser, options: list[str],
+                  target: str = "cuda:sm_90a") -> None:
     """A bad ``--option`` is a usage error before the run, not an error in every case."""
     from accy.errors import AccyError
     from accy.preparation.options import RunOptions
 
     try:
-        RunOptions.parse("cuda:sm_90a", options)
+        RunOptions.parse(target, options)
     except AccyError as e:
         ap.error(str(e))
 

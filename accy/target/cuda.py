@@ -1057,7 +1057,7 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _wgmma_call(instr: str, acc: list[str], da: str = "da") -> str:
+def _wgmma_call(instr: str, acc: list[str], da: str) -> str:
     """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into the accumulators
     ``acc``: A K-major, B N-major (transposed: the ``[K, N]`` row-major operand),
     accumulating."""

@@ -10,12 +10,9 @@ refreshed again, no failure in the faulted batch either.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import random
-import sys
 import traceback
-from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster
@@ -23,8 +20,6 @@ from distributed import Client, LocalCluster
 import accy.distributed as ad
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -50,17 +45,12 @@ def _killable_cluster():  # type: ignore[no-untyped-def]
                 raise
 
 
-def _faults():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("accy_faults", ROOT / "benchmarks" / "faults.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def faults(benchmark_script):  # type: ignore[no-untyped-def]
+    return benchmark_script("faults")
 
 
-def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path):
-    faults = _faults()
+def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path, faults):
     rng = random.Random(7)
     with _killable_cluster() as (cluster, client):
         for t, moment in enumerate(faults.MOMENTS):
@@ -72,11 +62,10 @@ def test_every_kill_moment_ends_cleanly_and_the_follow_up_succeeds(tmp_path):
             assert out["faulted_failures"] == 0, out
 
 
-def test_two_clients_on_overlapping_sweeps_survive_a_worker_killed_mid_graph(tmp_path):
+def test_two_clients_on_overlapping_sweeps_survive_a_worker_killed_mid_graph(tmp_path, faults):
     """A second client batches an overlapping sweep while a busy worker is killed: both
     batches end, nothing is published half, the follow-up (both sweeps' variants) is
     all ok with the keys of a fault-free refresh."""
-    faults = _faults()
     rng = random.Random(11)
     with _killable_cluster() as (cluster, client), Client(cluster) as other:
         for t, moment in enumerate(("busy", "random")):
