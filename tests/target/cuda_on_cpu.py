@@ -53,6 +53,16 @@ struct accy_param { void* p; template <class T> operator T*() const { return (T*
 struct accy_dim3 { unsigned x, y, z; };
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
+  return {a, b, c, d};
+}
+static inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+static inline unsigned accy_pack_bf2(float lo, float hi) {
+  return accy_f2bf(lo) | ((unsigned)accy_f2bf(hi) << 16);
+}
+static inline unsigned accy_pack_h2(float lo, float hi) {
+  return accy_f2h(lo) | ((unsigned)accy_f2h(hi) << 16);
+}
 thread_local accy_dim3 threadIdx, blockIdx;
 static accy_dim3 blockDim, gridDim;
 static std::barrier<>* accy_bar;

@@ -7,6 +7,7 @@ here: the spelling the plan asks for, and that NVRTC accepts it for ``sm_90``.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -46,8 +47,12 @@ def test_half_elementwise_moves_sixteen_bytes_an_access(element: str, pack: str)
 
 
 def test_bf16_rounds_in_one_instruction() -> None:
+    """A bf16 rounding is the packed conversion (one F2FP on sm_90, an ALU op), not
+    ``cvt.rn.bf16.f32`` (an F2F, on the pipe the MUFU ops share) nor bit arithmetic."""
     text = source(graph("gelu_tanh", "bf16"), {0: (4, 4096)})
-    assert 'cvt.rn.bf16.f32' in text and "0x7fffu" not in text
+    [helper] = re.findall(r"unsigned short accy_f2bf\(float f\) \{(.*?)\n\}", text, re.S)
+    assert 'cvt.rn.bf16x2.f32' in helper and "0x7fffu" not in text
+    assert "cvt.rn.bf16.f32" not in text
     cubin(text)
 
 

@@ -260,3 +260,33 @@ def test_one_source_serves_every_row_count(name: str, cols: int, opts: tuple[str
                   for s in (BufferSpec.from_attr(a) for a in
                             j.module.attributes["target.buffers"].values) if s.kind == "arg"]
         assert max_error(j, sm, inputs) < 1e-5, rows
+
+
+# ------------------------------------------------------ several vectors a thread a step
+
+
+@needs_cxx
+@pytest.mark.parametrize("items", [2, 4])
+@pytest.mark.parametrize("element,rows,vec", [
+    ("f32", 17, 4),  # a ragged last step: the remainder loop's vectors
+    ("f32", 1, 4),  # fewer vectors than one step of a block
+    ("f32", 5, 1),  # scalar items
+    ("bf16", 9, 4),  # 8 halves a vector
+])
+def test_elementwise_items_cover_every_vector_once(items: int, element: str, rows: int,
+                                                   vec: int) -> None:
+    """Each thread takes ``items`` vectors a step, then its last ones alone: every
+    element is written once, right, whatever the row count (blocks of 64 threads)."""
+    sm = graph("bias_gelu", None if element == "f32" else element)
+    opts = (f"kernel.elementwise_items={items}", f"kernel.vector_width={vec}",
+            "kernel.block_size=64")
+    job = cuda_job(sm, {0: (rows, 4096)}, opts)
+    [kernel] = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)]
+    assert kernel.plan.items == items
+    body = kernel_bodies(job)[kernel.sym_name]
+    lanes = 8 if element != "f32" else vec
+    assert body.count("accy_erfcf(") == (items + 1) * lanes  # the step's items + the rest
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((rows, 4096)).astype(np.float32)
+    b = rng.standard_normal(4096).astype(np.float32)
+    assert max_error(job, sm, [x, b]) < (1e-5 if element == "f32" else 1e-2)
