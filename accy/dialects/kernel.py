@@ -102,8 +102,7 @@ class KernelPlan:
     """Row kernels: rows and the length of each row."""
     rows_per_block: int = 1
     items: int = 1
-    """Row kernels: rows a block handles; vector items per thread per row.
-    Elementwise kernels: vectors a thread takes each step of its grid-stride loop."""
+    """Row kernels: rows a block handles; vector items per thread per row."""
     cached_inputs: tuple[int, ...] = ()
     """Row kernels: inputs held in registers across the row's passes."""
     aliased_params: tuple[int, ...] = ()

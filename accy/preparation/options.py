@@ -152,11 +152,6 @@ class KernelOptions:
     """Threads per block (CUDA) for elementwise and row kernels."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
-    elementwise_items: int = 1
-    """Vectors each thread of an elementwise kernel loads, computes and stores per step of
-    its grid-stride loop (1, 2 or 4), ``block_size`` vectors apart, so that a warp's
-    accesses stay coalesced; the loop's body is spelled ``items + 1`` times (the last
-    copy a remainder loop)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
     tile_m: int = 64
@@ -253,9 +248,6 @@ class KernelOptions:
             raise OptionError(f"kernel.wgmma_stages must be 2 to 6, got {self.wgmma_stages}")
         if self.block_size < 32:
             raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
-        if self.elementwise_items not in (1, 2, 4):
-            raise OptionError(f"kernel.elementwise_items must be 1, 2 or 4, got "
-                              f"{self.elementwise_items}")
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
         if self.rows_per_block < 0:

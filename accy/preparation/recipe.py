@@ -99,7 +99,6 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           attention_tile=(o.attention_tile_m, o.attention_tile_n,
                                           o.attention_threads),
                           attention_prefetch=o.attention_prefetch,
-                          elementwise_items=o.elementwise_items,
                           max_dynamic_shared=options.target.backend.max_dynamic_shared_bytes),)
 
 

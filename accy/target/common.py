@@ -237,6 +237,13 @@ def store_convert(val: str, el: str) -> str:
     return f"({STORAGE[el]})({val})"
 
 
+def stored_only(terminator: Operation) -> set[Value]:
+    """The f16/bf16 op results a kernel's ``terminator`` yields that nothing else reads
+    (:attr:`ExprBuilder.stored_unrounded`)."""
+    return {v for v in terminator.operands if isinstance(v, OpResult)
+            and elem_of(v) in ("f16", "bf16") and all(op is terminator for op, _ in v.uses)}
+
+
 def round_compute(val: str, el: str) -> str:
     """Round a computed value to its element type: f16/bf16 store precision; i8/i16
     wrap (they compute in ``int``, as the reference wraps every narrow result)."""
@@ -294,6 +301,10 @@ class ExprBuilder:
         """File-scope constant tables."""
         self.table_of: dict[int, str] = {}
         self.counter = 0
+        self.stored_unrounded: set[Value] = set()
+        """f16/bf16 values whose one use is their kernel's store (:func:`stored_only`):
+        their expression skips the rounding, as the store rounds to the same type
+        (rounding twice to a type is rounding once)."""
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1
@@ -388,7 +399,7 @@ class ExprBuilder:
             return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
         if name == "cast":
             src = elem_of(op.operands[0])
-            return self.cast(args[0], src, el)
+            return self.cast(args[0], src, el, op.results[0] not in self.stored_unrounded)
         in_el = elem_of(op.operands[0])
         if in_el in ("f32", "f16", "bf16", "f64"):
             return self.float_expr(op, args)
@@ -424,6 +435,8 @@ class ExprBuilder:
         if name in EXACT_OPS and el in ("f16", "bf16") and \
                 all(self.representable(o, el) for o in op.operands):
             return text  # picks or negates an operand already in its element type
+        if op.results[0] in self.stored_unrounded:
+            return text  # the store rounds it
         return round_compute(text, el)
 
     def representable(self, v: Value, el: str) -> bool:
@@ -521,17 +534,20 @@ class ExprBuilder:
         fill = self.expr(op.operands[1], (), scope, lane)
         return f"(({' && '.join(inside)}) ? ({val}) : ({fill}))"
 
-    def cast(self, x: str, src: str, dst: str) -> str:
+    def cast(self, x: str, src: str, dst: str, rounded: bool = True) -> str:
+        """``x`` (a ``src`` value) as a ``dst`` one; an f16/bf16 result not ``rounded``
+        is left in float for a store that rounds it."""
         if src == dst:
             return x
         if dst == "i1":
             return f"((int)(({x}) != 0))"
         ct = COMPUTE[dst]
+        keep = round_compute if rounded else (lambda v, _: v)
         if dst == "f16" and src == "f64":
             # through float rounded to odd: rounding twice to nearest could land on a tie
-            return round_compute(f"accy_d2f_odd({x})", dst)
+            return keep(f"accy_d2f_odd({x})", dst)
         if dst in ("f16", "bf16"):
-            return round_compute(f"(float)({x})", dst)
+            return keep(f"(float)({x})", dst)
         if src in ("f32", "f16", "bf16", "f64") and dst not in ("f32", "f64"):
             # float -> int: truncate, saturating, NaN -> 0 (the reference's rule)
             lo, hi = _int_range(dst)

@@ -36,6 +36,7 @@ from accy.target.common import (
     shape_of,
     split_yields,
     store_convert,
+    stored_only,
     strides_of,
     translation_unit,
 )
@@ -250,9 +251,7 @@ def half_store(pointer: str, values: list[str], el: str) -> str:
 
 
 class _Vectorizer:
-    """Vector loads for inputs read along a unit stride (one per base offset), written to
-    the current scope (``scope_ref[0]``), or to :attr:`loads` where that is a list (the
-    statements a step of an elementwise loop starts with)."""
+    """Vector loads for inputs read along a unit stride (one per base offset)."""
 
     def __init__(self, builder_ref: list[ExprBuilder], vec: int, scope_ref: list[Scope]) -> None:
         self.b = builder_ref
@@ -260,7 +259,6 @@ class _Vectorizer:
         self.scope_ref = scope_ref
         self.loaded: dict[tuple[int, str], str] = {}
         self.args: list[Value] = []
-        self.loads: list[str] | None = None
 
     def __call__(self, k: int, idx: tuple[str, ...], lane: int) -> str | None:
         if self.vec == 1 or not any(LANE in i for i in idx):
@@ -282,12 +280,14 @@ class _Vectorizer:
         key = (k, base)
         if key not in self.loaded:
             name = b.fresh("v")
-            lines = self.scope_ref[0].lines if self.loads is None else self.loads
             if el == "f32":
-                lines.append(f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
-                             f"float{self.vec}*>({b.inputs[k]} + ({base})));")
+                self.scope_ref[0].lines.append(
+                    f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
+                    f"float{self.vec}*>"
+                    f"({b.inputs[k]} + ({base})));")
             else:
-                lines += half_load(name, f"{b.inputs[k]} + ({base})", self.vec, el)
+                self.scope_ref[0].lines += half_load(name, f"{b.inputs[k]} + ({base})",
+                                                     self.vec, el)
             self.loaded[key] = name
         if el != "f32":
             return f"{self.loaded[key]}_{lane}"
@@ -295,71 +295,47 @@ class _Vectorizer:
 
 
 def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
-    """A grid-stride elementwise kernel. With ``items`` > 1 each step of the loop takes
-    that many vectors ``blockDim.x`` apart (a warp's accesses stay coalesced), all in
-    range, and spells their index math, then every item's loads, then the math and
-    stores, so a thread has all its loads in flight at once (ptxas does not hoist a
-    later item's loads above an earlier item's math); a remainder loop takes the
-    thread's last vectors one at a time."""
     ins, outs, params = _params(k)
     plan = k.plan
     shape = plan.iteration
     vec = plan.vector_width
-    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
-    vz = _Vectorizer([b], vec, [Scope([])])
+    scope = Scope([])
+    vz = _Vectorizer([], vec, [scope])
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, load_hook=vz, fast_math=fast_math)
+    b.stored_unrounded = stored_only(k.body.terminator)
+    vz.b.append(b)
     vz.args = list(k.body.args)
-    b.load_hook = vz
+    pre, names = decompose("i", shape, "d") if shape else ([], ())
+    body: list[str] = []
     yields = k.body.terminator.operands  # type: ignore[union-attr]
-
-    def item(flat: str, d: str) -> tuple[list[str], list[str]]:
-        """The index math and the math and stores of the vector at element ``flat``
-        (its loads go to ``vz.loads``), the dims named ``d0, d1, …``."""
-        scope = Scope([])
-        pre, names = decompose(flat, shape, d) if shape else ([], ())
-        idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",) if vec > 1 else tuple(names)
-        body: list[str] = []
-        for oi, v in enumerate(yields):
-            el = elem_of(v)
-            lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
-            if vec > 1 and el != "f32":
-                body.append(half_store(f"{outs[oi]} + {flat}", lanes, el))
-            elif vec > 1:
-                body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + {flat}) = "
-                            f"make_float{vec}({', '.join(lanes)});")
-            else:
-                body.append(f"{outs[oi]}[{flat}] = {store_convert(lanes[0], el)};")
-        return pre, scope.lines + body
-
-    def step(flats: list[str], dims: list[str]) -> list[str]:
-        vz.loads, vz.loaded = [], {}
-        pres, maths = zip(*(item(f, d) for f, d in zip(flats, dims)))
-        return [line for p in pres for line in p] + vz.loads + \
-            [line for m in maths for line in m]
-
-    items = plan.items
-    lines = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
-             f"{k.sym_name}({', '.join(params)}) {{",
-             "  const long long n = accy_n;"]
-    if items == 1:
-        lines += ["  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
-                  " g += (long long)gridDim.x * blockDim.x) {",
-                  f"    const long long i = g * {vec};",
-                  *("    " + line for line in step(["i"], ["d"])),
-                  "  }"]
+    if vec > 1:
+        idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",)
     else:
-        flats = [f"i{u}" for u in range(items)]
-        lines += [f"  long long g = (long long)blockIdx.x * blockDim.x * {items} + threadIdx.x;",
-                  f"  for (; g + {items - 1}LL * blockDim.x < n;"
-                  f" g += (long long)gridDim.x * blockDim.x * {items}) {{",
-                  *(f"    const long long {f} = (g + {u}LL * blockDim.x) * {vec};"
-                    for u, f in enumerate(flats)),
-                  *("    " + line for line in step(flats, [f"d{u}_" for u in range(items)])),
-                  "  }",
-                  "  for (; g < n; g += blockDim.x) {",
-                  f"    const long long i = g * {vec};",
-                  *("    " + line for line in step(["i"], ["d"])),
-                  "  }"]
-    return "\n".join([*lines, "}"]), b.tables
+        idx = tuple(names)
+    for oi, v in enumerate(yields):
+        el = elem_of(v)
+        lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
+        if vec > 1 and el != "f32":
+            body.append(half_store(f"{outs[oi]} + i", lanes, el))
+        elif vec > 1:
+            body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + i) = "
+                        f"make_float{vec}({', '.join(lanes)});")
+        else:
+            body.append(f"{outs[oi]}[i] = {store_convert(lanes[0], el)};")
+    text = "\n".join([
+        f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
+        f"{k.sym_name}({', '.join(params)}) {{",
+        "  const long long n = accy_n;",
+        "  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
+        " g += (long long)gridDim.x * blockDim.x) {",
+        f"    const long long i = g * {vec};",
+        *("    " + line for line in pre),
+        *("    " + line for line in scope.lines),
+        *("    " + line for line in body),
+        "  }",
+        "}",
+    ])
+    return text, b.tables
 
 
 def _shuffle_tree(kind: str, acc: str, ct: str) -> str:
@@ -427,6 +403,7 @@ class _RowEmitter:
         self.vz = _Vectorizer([], self.vec, self.scope_ref)
         self.b = ExprBuilder(self.ins, cuda=True, prefix=k.sym_name, load_hook=self._hook,
                              fast_math=fast_math)
+        self.b.stored_unrounded = stored_only(k.body.terminator)
         self.vz.b.append(self.b)
         self.vz.args = list(k.body.args)
 

@@ -59,13 +59,40 @@ def test_bf16_rounds_in_one_instruction() -> None:
 @pytest.mark.parametrize("element,rounding", [("bf16", "accy_f2bf("), ("f16", "accy_f2h(")])
 def test_half_ops_that_pick_an_operand_are_not_rounded(element: str, rounding: str) -> None:
     """elementwise_chain: of its 14 ops neg, abs, max, relu and min return an operand
-    that is already a half number, so only the other 9 round (per lane, 8 lanes, and
-    the 4 packed stores round through the pack helper)."""
+    that is already a half number, so only the other 9 round, and the last of those,
+    sin, only through its store: 8 per lane, 8 lanes (the 4 packed stores round
+    through the pack helper)."""
     text = source(graph("elementwise_chain", element), {0: (8, 4096), 1: (1, 4096)})
     body = text[text.index("__global__"):]
-    assert body.count(rounding) == 9 * 8
+    assert body.count(rounding) == 8 * 8
     assert "(-t" in body and "fabsf(t" in body
     cubin(text)
+
+
+TWO_RESULTS = """"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<?x64xbf16>, tensor<64xbf16>) ->
+      (tensor<?x64xbf16>, tensor<?x64xbf16>), sym_name = "main"}> ({
+  ^bb0(%x: tensor<?x64xbf16>, %b: tensor<64xbf16>):
+    %0 = "semantic.add"(%x, %b) : (tensor<?x64xbf16>, tensor<64xbf16>) -> tensor<?x64xbf16>
+    %1 = "semantic.mul"(%0, %0) : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>
+    "func.return"(%0, %1) : (tensor<?x64xbf16>, tensor<?x64xbf16>) -> ()
+  }) : () -> ()
+}) : () -> ()
+"""
+
+
+def test_a_stored_value_another_op_reads_is_rounded_first() -> None:
+    """``x + b`` is stored and squared: it rounds before both (the square reads the bf16
+    value); the square is only stored, so only its store rounds it."""
+    from accy.preparation.products import SemanticModule
+
+    sm = SemanticModule.from_text(TWO_RESULTS, "two.mlir")
+    body = source(sm, {0: (4, 64)}, ("kernel.vector_width=1",))
+    body = body[body.index("__global__"):]
+    assert body.count("accy_bf2f(accy_f2bf(") == 1
+    [line] = [ln for ln in body.splitlines() if "accy_bf2f(accy_f2bf(" in ln]
+    assert " + " in line and " * " not in line
+    cubin(source(sm, {0: (4, 64)}, ("kernel.vector_width=1",)))
 
 
 def test_gelu_calls_accys_erfc() -> None:

@@ -7,8 +7,7 @@ plan, per kind, for CUDA:
 - elementwise: a **grid-stride** loop, ``vector_width`` elements per
   iteration (16-byte loads/stores when every buffer is a float (f32, f16,
   bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
-  math in f32), ``elementwise_items`` such vectors a thread a step (``items``),
-  ``block_size`` threads, a grid capped at a few waves;
+  math in f32), ``block_size`` threads, a grid capped at a few waves;
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -282,8 +281,6 @@ class PlanKernels(Pass):
                                             KernelOptions.attention_threads)
     """The ``flash`` kernel's query rows and keys a tile, and its threads."""
     attention_prefetch: bool = KernelOptions.attention_prefetch
-    elementwise_items: int = KernelOptions.elementwise_items
-    """Vectors a thread of an elementwise kernel handles per grid-stride step."""
     """The ``flash`` kernel's next key tile waits in registers (stages 2) where it fits."""
     max_dynamic_shared: int = 0
     """Shared memory a block may take on the target (the flash tiles shrink to fit)."""
@@ -327,10 +324,9 @@ class PlanKernels(Pass):
         if kind == "elementwise":
             n = math.prod(it) if it else 1
             vec = width if (aligned and it and it[-1] % width == 0) else 1
-            items = self.elementwise_items
-            blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs * items))))
+            blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
             return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
-                    "vector_width": vec, "shared_bytes": 0, "elements": n, "items": items}
+                    "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
             if _column_rows(region) and 0 < cols <= MAX_THREAD_ROW and rows >= MIN_THREAD_ROWS:
