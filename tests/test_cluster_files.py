@@ -292,7 +292,7 @@ def test_dask_yaml_distributed_keys_exist_in_distributed():
     known = _distributed_defaults()
     unknown = sorted(set(ours) - set(known))
     assert not unknown, f"not distributed config keys: {unknown}"
-    assert ours["distributed.scheduler.worker-saturation"] == "inf"
+    assert ours["distributed.scheduler.worker-saturation"] == 1.1
     assert set(ours) >= {
         "distributed.scheduler.allowed-failures",
         "distributed.worker.memory.target",
@@ -324,7 +324,7 @@ def test_dask_yaml_runs_a_cluster(cluster_config):
         ):
             assert client.submit(sum, [1, 2, 3]).result() == 6
             scheduler = cluster.scheduler
-            assert scheduler.WORKER_SATURATION == float("inf")
+            assert scheduler.WORKER_SATURATION == 1.1
             assert (
                 scheduler.allowed_failures
                 == cluster_config["distributed"]["scheduler"]["allowed-failures"]
