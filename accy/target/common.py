@@ -427,7 +427,8 @@ class ExprBuilder:
         if self.cuda and name == "rsqrt":
             text = f"rsqrt{f}({args[0]})"
         elif self.cuda and f and name == "erfc":  # accy.target.cuda.erfc_helper
-            text = f"accy_erfcf({args[0]})"
+            half = self.half_demand(op.results[0])  # ... or erfc_half_helper
+            text = f"accy_erfcf{'_half' if half else ''}({args[0]})"
         elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
             text = f"__{name}f({args[0]})"
         else:
@@ -438,6 +439,22 @@ class ExprBuilder:
         if op.results[0] in self.stored_unrounded:
             return text  # the store rounds it
         return round_compute(text, el)
+
+    def half_demand(self, v: Value) -> bool:
+        """Whether f32 ``v`` reaches the kernel's stores only through products,
+        quotients and negations, ending in a cast to f16 or bf16: each passes its
+        relative error through unchanged, so ``v`` need only be right to a small
+        fraction of a half ulp (2^-8 bf16, 2^-11 f16), not to f32's."""
+        if not v.uses:
+            return False
+        for op, _ in v.uses:
+            name = op.op_name.split(".", 1)[-1]
+            if name == "cast" and elem_of(op.results[0]) in ("f16", "bf16"):
+                continue
+            if name not in ("mul", "div", "neg") or op.op_name == "kernel.yield" or \
+                    not self.half_demand(op.results[0]):
+                return False
+        return True
 
     def representable(self, v: Value, el: str) -> bool:
         """Whether every value of ``v`` is exactly an ``el`` (f16/bf16) number in its

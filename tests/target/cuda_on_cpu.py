@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from accy.target.cuda import erfc_helper
+from accy.target.cuda import erfc_half_helper, erfc_helper
 
 SHIM = r"""
 #include <barrier>
@@ -83,7 +83,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
 }
 #define __expf expf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-""" + erfc_helper("static inline", "t = 1.0f / u;") + "\n"
+""" + erfc_helper("static inline", "t = 1.0f / u;") + "\n" + \
+    erfc_half_helper("static inline", "t = 1.0f / u;", "exp2f") + "\n"
 
 
 def available() -> bool:

@@ -102,6 +102,19 @@ def test_gelu_calls_accys_erfc() -> None:
     cubin(text)
 
 
+@pytest.mark.parametrize("element,half", [("f32", False), ("bf16", True), ("f16", True)])
+def test_gelu_on_half_inputs_calls_the_half_precision_erfc(element: str, half: bool) -> None:
+    """gelu's erfc reaches the store through products and a cast to a half type: it
+    needs only half precision (:func:`accy.target.cuda.erfc_half_helper`); in f32 it
+    is the full erfc."""
+    text = source(graph("bias_gelu", None if element == "f32" else element), {0: (8, 4096)})
+    body = text[text.index("__global__"):]
+    assert ("accy_erfcf_half(" in body) == half
+    assert ("accy_erfcf(" in body) == (not half)
+    assert ("float accy_erfcf_half(float x)" in text) == half  # the helper, only if called
+    cubin(text)
+
+
 def test_f32_programs_carry_no_half_helpers() -> None:
     text = source(graph("bias_gelu"), {0: (8, 4096)})
     assert "accy_pack_" not in text and "make_float4(" in text

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from accy.target.cuda import erfc_helper
+from accy.target.cuda import erfc_half_helper, erfc_helper
 
 PROGRAM = r"""
 #include <math.h>
@@ -54,3 +54,43 @@ def test_erfc_helper_is_within_five_ulp(tmp_path):
     nan, inf, minus_inf, minus, big = (float(v) for v in specials.split())
     assert nan != nan and inf == 0.0 and minus_inf == 2.0 and big == 0.0
     assert abs(minus - 1.9661051464753108) < 2e-7  # erfc(-1.5)
+
+
+HALF_PROGRAM = r"""
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+@HELPER@
+static float f_of(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+int main(void) {
+  double worst = 0; float at = 0;
+  const unsigned last = 0x4120f5c3u;  /* 10.06f */
+  for (unsigned u = 0; u <= last; u += 97) {
+    for (int sign = 0; sign < 2; ++sign) {
+      const float x = sign ? -f_of(u) : f_of(u);
+      const double want = erfc((double)x);
+      if (want < 1.2e-38) continue;  /* denormal results */
+      const double err = fabs((double)accy_erfcf_half(x) - want) / want;
+      if (err > worst) { worst = err; at = x; }
+    }
+  }
+  printf("%.9g %.9g\n", worst, at);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_the_half_precision_erfc_is_within_two_to_the_minus_16(tmp_path):
+    """``accy_erfcf_half`` (host build, libm's exp2f for ``ex2.approx``) against a
+    float64 erfc over the same sweep, both signs: relative error at most 2^-16, a 256th
+    of a bf16 ulp and a 32nd of an f16 one."""
+    src = tmp_path / "erfc_half.c"
+    src.write_text(HALF_PROGRAM.replace("@HELPER@", erfc_half_helper(
+        "static inline", "t = 1.0f / u;", "exp2f")))
+    exe = tmp_path / "erfc_half"
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
+                   check=True)
+    worst, at = (float(v) for v in subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    assert worst <= 2.0 ** -16, f"relative error {worst} at {at}"
