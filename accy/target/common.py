@@ -237,9 +237,11 @@ def store_convert(val: str, el: str) -> str:
     return f"({STORAGE[el]})({val})"
 
 
-def stored_only(terminator: Operation) -> set[Value]:
+def stored_only(terminator: Operation | None) -> set[Value]:
     """The f16/bf16 op results a kernel's ``terminator`` yields that nothing else reads
     (:attr:`ExprBuilder.stored_unrounded`)."""
+    if terminator is None:
+        return set()
     return {v for v in terminator.operands if isinstance(v, OpResult)
             and elem_of(v) in ("f16", "bf16") and all(op is terminator for op, _ in v.uses)}
 

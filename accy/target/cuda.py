@@ -103,6 +103,23 @@ def _erfc_w_coefficients() -> tuple[float, ...]:
                  for k in range(n))
 
 
+def _erfc_poly() -> str:
+    """The erfc polynomial in ``w`` (:func:`_erfc_w_coefficients`) as nested ``fmaf``s."""
+    e = _erfc_w_coefficients()
+    poly = f"{e[-1]!r}f"
+    for c in reversed(e[:-1]):
+        poly = f"fmaf({poly}, w, {c!r}f)"
+    return poly
+
+
+def _erfc_head(qualifier: str, name: str, reciprocal: str) -> str:
+    """An erfc helper's signature and first statements: ``a = |x|``, ``u = 1 + a/2`` and
+    ``t`` ≈ ``1/u`` (``reciprocal``)."""
+    return (f"{qualifier} float {name}(float x) {{\n"
+            f"  const float a = fabsf(x), u = fmaf(0.5f, a, 1.0f);\n"
+            f"  float t;\n  {reciprocal}\n")
+
+
 def erfc_helper(qualifier: str, reciprocal: str, square: str = "a * a") -> str:
     """C text of ``float accy_erfcf(float x)``: erfc in ~40 f32 instructions and two
     special-function ops where CUDA's ``erfcf`` takes ~55 and three (its rational
@@ -122,15 +139,9 @@ def erfc_helper(qualifier: str, reciprocal: str, square: str = "a * a") -> str:
     documents 4 for ``erfcf``. ``erfc(-a) = 2 - erfc(a)``; NaN stays NaN; past 10.06 the
     result is 0 (the f32 value of erfc there).
     """
-    e = _erfc_w_coefficients()
-    poly = f"{e[-1]!r}f"
-    for c in reversed(e[:-1]):
-        poly = f"fmaf({poly}, w, {c!r}f)"
-    return (f"{qualifier} float accy_erfcf(float x) {{\n"
-            f"  const float a = fabsf(x), u = fmaf(0.5f, a, 1.0f);\n"
-            f"  float t;\n  {reciprocal}\n"
+    return (_erfc_head(qualifier, "accy_erfcf", reciprocal) +
             f"  t = fmaf(t, fmaf(-u, t, 1.0f), t);\n"
-            f"  const float w = a * t, p = {poly};\n"
+            f"  const float w = a * t, p = {_erfc_poly()};\n"
             f"  const float aa = {square}, lo = fmaf(a, a, -aa);\n"
             f"  const float s = p - aa, bb = s - p, e = (p - (s - bb)) + (-aa - bb);\n"
             f"  float r = t * expf(s);\n"
@@ -150,14 +161,8 @@ def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
     on ``s · log2 e``; on CUDA one ``ex2.approx.f32``). About 20 instructions against
     40. Relative error at most 2^-16 (``tests/target/test_erfc_helper.py``), against a
     bf16 ulp of 2^-8 and an f16 one of 2^-11."""
-    e = _erfc_w_coefficients()
-    poly = f"{e[-1]!r}f"
-    for c in reversed(e[:-1]):
-        poly = f"fmaf({poly}, w, {c!r}f)"
-    return (f"{qualifier} float accy_erfcf_half(float x) {{\n"
-            f"  const float a = fabsf(x), u = fmaf(0.5f, a, 1.0f);\n"
-            f"  float t;\n  {reciprocal}\n"
-            f"  const float w = a * t, p = {poly};\n"
+    return (_erfc_head(qualifier, "accy_erfcf_half", reciprocal) +
+            f"  const float w = a * t, p = {_erfc_poly()};\n"
             f"  float r = t * {exp2}((p - a * a) * 1.44269504f);\n"
             f"  r = a > 10.06f ? 0.0f : r;\n"
             f"  return x < 0.0f ? 2.0f - r : r;\n"
