@@ -453,9 +453,8 @@ class ExprBuilder:
             name = op.op_name.split(".", 1)[-1]
             if name == "cast" and elem_of(op.results[0]) in ("f16", "bf16"):
                 continue
-            if name not in ("mul", "div", "neg") or op.op_name == "kernel.yield" or \
-                    not self.half_demand(op.results[0]):
-                return False
+            if name not in ("mul", "div", "neg") or not self.half_demand(op.results[0]):
+                return False  # any other use (the kernel's yield included) needs f32
         return True
 
     def representable(self, v: Value, el: str) -> bool:

@@ -87,12 +87,12 @@ def test_a_stored_value_another_op_reads_is_rounded_first() -> None:
     from accy.preparation.products import SemanticModule
 
     sm = SemanticModule.from_text(TWO_RESULTS, "two.mlir")
-    body = source(sm, {0: (4, 64)}, ("kernel.vector_width=1",))
-    body = body[body.index("__global__"):]
+    text = source(sm, {0: (4, 64)}, ("kernel.vector_width=1",))
+    body = text[text.index("__global__"):]
     assert body.count("accy_bf2f(accy_f2bf(") == 1
     [line] = [ln for ln in body.splitlines() if "accy_bf2f(accy_f2bf(" in ln]
     assert " + " in line and " * " not in line
-    cubin(source(sm, {0: (4, 64)}, ("kernel.vector_width=1",)))
+    cubin(text)
 
 
 def test_gelu_calls_accys_erfc() -> None:

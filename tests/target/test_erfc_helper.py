@@ -12,12 +12,16 @@ import pytest
 
 from accy.target.cuda import erfc_half_helper, erfc_helper
 
-PROGRAM = r"""
+HEAD = r"""
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 @HELPER@
 static float f_of(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+"""
+"""What both sweeps start with: the helper under test and an f32 from its bits."""
+
+PROGRAM = HEAD + r"""
 int main(void) {
   double worst = 0, sum = 0; float at = 0; long n = 0;
   const unsigned last = 0x4120f5c3u;  /* 10.06f */
@@ -39,14 +43,19 @@ int main(void) {
 """
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
-def test_erfc_helper_is_within_five_ulp(tmp_path):
-    src = tmp_path / "erfc.c"
-    src.write_text(PROGRAM.replace("@HELPER@", erfc_helper("static inline", "t = 1.0f / u;")))
-    exe = tmp_path / "erfc"
+def sweep(tmp_path, program: str, helper: str) -> str:  # type: ignore[no-untyped-def]
+    """What ``program`` with ``helper`` in it prints, built by the host C compiler
+    (no FMA contraction, as NVRTC builds accy's units)."""
+    src, exe = tmp_path / "sweep.c", tmp_path / "sweep"
+    src.write_text(program.replace("@HELPER@", helper))
     subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
                    check=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_erfc_helper_is_within_five_ulp(tmp_path):
+    out = sweep(tmp_path, PROGRAM, erfc_helper("static inline", "t = 1.0f / u;"))
     stats, specials = out.splitlines()
     worst, at, mean = (float(v) for v in stats.split())
     assert worst <= 5.0, f"{worst} ulp at {at}"
@@ -56,12 +65,7 @@ def test_erfc_helper_is_within_five_ulp(tmp_path):
     assert abs(minus - 1.9661051464753108) < 2e-7  # erfc(-1.5)
 
 
-HALF_PROGRAM = r"""
-#include <math.h>
-#include <stdio.h>
-#include <string.h>
-@HELPER@
-static float f_of(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+HALF_PROGRAM = HEAD + r"""
 int main(void) {
   double worst = 0; float at = 0;
   const unsigned last = 0x4120f5c3u;  /* 10.06f */
@@ -85,12 +89,6 @@ def test_the_half_precision_erfc_is_within_two_to_the_minus_16(tmp_path):
     """``accy_erfcf_half`` (host build, libm's exp2f for ``ex2.approx``) against a
     float64 erfc over the same sweep, both signs: relative error at most 2^-16, a 256th
     of a bf16 ulp and a 32nd of an f16 one."""
-    src = tmp_path / "erfc_half.c"
-    src.write_text(HALF_PROGRAM.replace("@HELPER@", erfc_half_helper(
-        "static inline", "t = 1.0f / u;", "exp2f")))
-    exe = tmp_path / "erfc_half"
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
-                   check=True)
-    worst, at = (float(v) for v in subprocess.run(
-        [str(exe)], check=True, capture_output=True, text=True).stdout.split())
+    worst, at = (float(v) for v in sweep(tmp_path, HALF_PROGRAM, erfc_half_helper(
+        "static inline", "t = 1.0f / u;", "exp2f")).split())
     assert worst <= 2.0 ** -16, f"relative error {worst} at {at}"
