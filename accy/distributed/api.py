@@ -71,4 +71,5 @@ def run(client: Any, outcome: VariantOutcome, *arrays: Any) -> list[Any]:
     elif cuda:
         kwargs.update(resources={"GPU": 1})
     [data] = client.scatter([list(arrays)], hash=False)
-    return client.submit(run_task, desc, compiled, data, **kwargs).result()
+    return client.submit(run_task, desc, compiled, data, outcome.compile_pick,
+                         **kwargs).result()

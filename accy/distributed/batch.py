@@ -63,6 +63,9 @@ class VariantOutcome:
     """The load descriptor (worker, compile key) when the fragment was loaded."""
     compile_task: list[Any] | None = None
     """The Dask key holding the compiled fragment (to run it on the loading worker)."""
+    compile_pick: int | None = None
+    """Where :attr:`compile_task` is a group task: the chain's place in it
+    (:func:`accy.distributed.graph.held_value`)."""
     elapsed_ns: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -197,8 +200,10 @@ class _Collector:
         publication = None
         if out.status == "ok":
             centry = plan.resolution.get("compile") or {}
-            ctk = plan.holders.get("compile") if "compile" in plan.submitted \
-                else centry.get("task_key")
+            if "compile" in plan.submitted:
+                ctk, out.compile_pick = plan.holders.get("compile"), plan.picks.get("compile")
+            else:
+                ctk, out.compile_pick = centry.get("task_key"), centry.get("pick")
             out.compile_task = list(ctk) if ctk else None
             if "compile" not in plan.submitted:  # a published compile: held key, or all reused
                 out.receipts.append(Receipt("compile", centry.get("key", ""), True, 0,
@@ -240,6 +245,8 @@ class _Collector:
             holder = plan.holders.get(stage)
             if holder is not None:  # it ends a chain task: its product is held under that key
                 entry["task_key"] = list(holder)
+                if stage in plan.picks:  # as that chain's entry of a group's value
+                    entry["pick"] = plan.picks[stage]
                 keys.append(list(holder))
             entries[value["key"]] = entry
             fields[stage] = value["fields"]
@@ -254,6 +261,8 @@ class _Collector:
                                   "key": compiled["key"], "fingerprint": compiled["key"],
                                   "elapsed_ns": compiled["elapsed_ns"],
                                   "stored": self.store_url is not None}
+            if "compile" in plan.picks:
+                entries[entry_key]["pick"] = plan.picks["compile"]
             keys.append(list(ckey))
         elif "load" in plan.holders:
             keys.append(list(plan.holders["load"]))
@@ -487,7 +496,7 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     pending: dict[Any, list[RefreshPlan]] = {}
     publications: list[dict[str, Any]] = []
     for p in plans:
-        p.bind(futures, graph.segment_of, graph.ends, graph.copied)
+        p.bind(futures, graph)
         if p.tail is None:
             o, pub = collector.collect(p, {}, None)
             finish(o)
@@ -572,7 +581,7 @@ def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]
     for done in _batches(finished, lost):
         for f, result in done:
             for p in pending.pop(f.key):
-                o, pub = collector.collect(p, *_outcome_of(f, result))
+                o, pub = collector.collect(p, *_outcome_of(f, result, p.tail_pick))
                 if pub:
                     publications.append(pub)
                     published.append(p)
@@ -591,12 +600,18 @@ def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]
         p.release()
 
 
-def _outcome_of(f: Any, result: Any) -> tuple[Any, BaseException | None]:
-    """(receipts, None) of a finished chain; (None, the error) of an erred one — or of a
-    cancelled refresh (an input it needed was lost with a worker): a failure, never an
-    empty success."""
+def _outcome_of(f: Any, result: Any, pick: int | None = None) \
+        -> tuple[Any, BaseException | None]:
+    """(receipts, None) of a finished chain (``pick``: chain ``pick`` of the finished
+    group); (None, the error) of an erred one — or of a cancelled refresh (an input it
+    needed was lost with a worker): a failure, never an empty success."""
     if f.status == "finished":
-        return result.receipts, None
+        from accy.distributed.graph import StageFailed, held_value
+
+        try:
+            return held_value(result, pick).receipts, None
+        except StageFailed as e:
+            return None, e
     if isinstance(result, tuple) and len(result) == 3:  # (type, exception, traceback)
         result = result[1]
     err = result if isinstance(result, BaseException) else CancelledError(

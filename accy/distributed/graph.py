@@ -386,6 +386,12 @@ def compiled_of(value: Any) -> Any:
     return value.result if isinstance(value, ChainResult) else value
 
 
+def held_value(value: Any, pick: int | None) -> Any:
+    """The value a published holder names: the task's value, or (``pick``) that chain's
+    entry of the group task's value (its failure raised)."""
+    return value if pick is None else chain_pick_task(value, pick)
+
+
 def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None) \
         -> StageResult:
     """Run (or read back from the store) one stage on a worker."""
@@ -603,13 +609,15 @@ def _finish_chain(steps: list[list[str]], receipts: dict[str, Any], value: Any,
     return ChainResult(receipts, compiled_of(value), load).by_store_reference(store_url)
 
 
-def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any]) -> list[Any]:
-    """Run a loaded fragment on this worker (loading it again if this process lost it)."""
+def run_task(descriptor: dict[str, Any], compiled: Any, inputs: list[Any],
+             pick: int | None = None) -> list[Any]:
+    """Run a loaded fragment on this worker (loading it again if this process lost it);
+    ``compiled`` is the held value (with ``pick``: the group whose chain ``pick`` it is)."""
     import numpy as np
 
     from accy.executable.fragment import load_fragment
 
-    loaded, _ = load_fragment(compiled_of(compiled))
+    loaded, _ = load_fragment(compiled_of(held_value(compiled, pick)))
     return [np.asarray(r) if not hasattr(r, "get") else r.get() for r in loaded(*inputs)]
 
 
@@ -645,29 +653,38 @@ class RefreshPlan:
     submitted: list[str] = field(default_factory=list)
     """The stages (and compile, load) that got a node in the graph."""
     holders: dict[str, Any] = field(default_factory=dict)
-    """Stage → the Dask key whose value holds its product (the chain task it ends);
-    stages fused inside a chain have none (their products are in the store)."""
+    """Stage → the Dask key whose value holds its product (the chain task it ends, or
+    that chain's group task); stages fused inside a chain have none (their products
+    are in the store)."""
+    picks: dict[str, int] = field(default_factory=dict)
+    """Stage → its chain's place in the group task :attr:`holders` names (a stage
+    whose chain ran alone has none)."""
     tail: Any = None
-    """The future of the variant's last chain task: its value carries every receipt."""
+    """The future of the variant's last chain task (or its group): its value carries
+    every receipt."""
+    tail_pick: int | None = None
+    """The last chain's place in the group :attr:`tail` holds (None: a task of its own)."""
     keep: list[Any] = field(default_factory=list)
     """Futures of this plan's chain tasks, held until the plan is published."""
     copied: set[str] = field(default_factory=set)
     """Stages its chain runs itself though another variant's chain runs them too."""
 
-    def bind(self, futures: dict[Any, Any], segment_of: dict[Any, Any],
-             ends: set[Any], copied: set[Any] | None = None) -> None:
-        """Attach the futures of the submitted graph (``copied``: the nodes each of
-        their chains runs itself, :attr:`GraphBuilder.copied`)."""
-        self.copied = {s for s in self.submitted if self.task_keys[s] in (copied or set())}
+    def bind(self, futures: dict[Any, Any], graph: GraphBuilder) -> None:
+        """Attach the futures of the submitted ``graph``."""
+        self.copied = {s for s in self.submitted if self.task_keys[s] in graph.copied}
         for stage in self.submitted:
-            seg = segment_of[self.task_keys[stage]]
+            holder, pick = graph.handle(graph.segment_of[self.task_keys[stage]])
             # a chain ending in compile or load holds the compiled fragment
-            if self.task_keys[stage] in ends or stage in ("compile", "load"):
-                self.holders[stage] = seg
-            if futures.get(seg) is not None and all(f.key != seg for f in self.keep):
-                self.keep.append(futures[seg])
+            if self.task_keys[stage] in graph.ends or stage in ("compile", "load"):
+                self.holders[stage] = holder
+                if pick is not None:
+                    self.picks[stage] = pick
+            if futures.get(holder) is not None and all(f.key != holder for f in self.keep):
+                self.keep.append(futures[holder])
         if self.submitted:
-            self.tail = futures[segment_of[self.task_keys[self.submitted[-1]]]]
+            holder, self.tail_pick = graph.handle(
+                graph.segment_of[self.task_keys[self.submitted[-1]]])
+            self.tail = futures[holder]
 
     def release(self) -> None:
         """Let go of this plan's futures (after its publish pinned what it keeps)."""
@@ -858,6 +875,8 @@ class GraphBuilder:
         self.segment_of: dict[Any, Any] = {}
         self.ends: set[Any] = set()
         self.copied: set[Any] = set()
+        self.pick_of: dict[Any, tuple[Any, int]] = {}
+        """A chain run in a group task → (the group's key, its place in the group)."""
 
     def node(self, key: tuple[str, str], stage: str, prev: Any, request: dict[str, Any],
              store_url: str | None, gpu: bool = False, program: Any = None) -> tuple[str, str]:
@@ -873,10 +892,20 @@ class GraphBuilder:
         return key
 
     @staticmethod
-    def ref(key: Any) -> Any:
-        from dask.task_spec import TaskRef
+    def ref(key: Any, pick: int | None = None) -> Any:
+        """A task argument reading the value held under ``key`` — with ``pick``, chain
+        ``pick`` of the group held there, picked inside the reading task (an inline
+        :func:`chain_pick_task`: no task of its own)."""
+        from dask.task_spec import Task, TaskRef
 
-        return TaskRef(key)
+        if pick is None:
+            return TaskRef(key)
+        return Task(None, chain_pick_task, TaskRef(key), int(pick))
+
+    def handle(self, seg: Any) -> tuple[Any, int | None]:
+        """Where a chain's value is held once submitted: its own key, or its group's key
+        and its place in the group (:attr:`pick_of`)."""
+        return self.pick_of.get(seg, (seg, None))
 
     def segments(self, fuse_gpu: bool) -> list[list[Any]]:
         """The chains: a node joins its input's chain when it is that input's only reader
@@ -920,11 +949,17 @@ class GraphBuilder:
 
     def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1,
                spread: dict[bool, list[str]] | None = None) -> dict[Any, Any]:
-        """Send the graph; return the future of every chain task by its key.
+        """Send the graph; return the future of every task that holds a chain's value,
+        by its key.
 
         With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
-        in one task (:func:`chain_group_task`: their compiles in one NVRTC program),
-        each chain keeping its key as a pick of the group's result.
+        in one task (:func:`chain_group_task`: their compiles in one NVRTC program).
+        A chain in a group has no task of its own: its value is its entry of the
+        group's (:attr:`pick_of`; whoever reads it picks it inside its own task,
+        :meth:`ref`), and its stages stay keyed, stored and published by their
+        stage keys. A pick task per chain cost a scheduler round trip each: on the
+        2-core machine 96 of a 108-task batch, and 0.25 s of picks after the last
+        group ended (RESULTS.md, batch, tenth session).
 
         ``spread`` (GPU or not → worker addresses) places the tasks that read another
         task's result round-robin over those workers (``workers=`` with
@@ -938,8 +973,7 @@ class GraphBuilder:
 
         if not self.nodes:
             return {}
-        cpu: dict[Any, Any] = {}
-        gpu: dict[Any, Any] = {}
+        chains: list[tuple[Any, list[list[str]], _Node, bool]] = []
         groupable: dict[tuple[bool, Any], list[tuple[Any, list[list[str]], Any, _Node]]] = {}
         for chain in self.segments(fuse_gpu):
             first, last = self.nodes[chain[0]], self.nodes[chain[-1]]
@@ -948,38 +982,45 @@ class GraphBuilder:
             for k in chain:
                 self.segment_of[k] = seg
             self.ends.add(chain[-1])
-            arg = self.ref(self.segment_of[first.after]) if first.after is not None \
-                else first.arg
             steps = [[self.nodes[k].stage, k[1]] for k in chain]
             on_gpu = any(self.nodes[k].gpu for k in chain)
             program = next((self.nodes[k].program for k in chain
                             if self.nodes[k].program is not None), None)
+            chains.append((seg, steps, first, on_gpu))
             if grain > 1 and program is not None:
-                groupable.setdefault((on_gpu, program), []).append((seg, steps, arg, first))
+                groupable.setdefault((on_gpu, program), []).append((seg, steps, None, first))
+        groups: list[tuple[Any, bool, list[Any]]] = []
+        for (on_gpu, _), members in groupable.items():  # chains whose compiles share a program
+            for group in compile_groups(members, grain, lambda c: _likeness(c[3].request)):
+                if len(group) == 1:
+                    continue
+                # keyed by its members, in order: another batch (a second client) that
+                # groups other chains must never read this group for one of its own
+                members_id = hashlib.blake2b("/".join(seg[1] for seg, *_ in group)
+                                             .encode(), digest_size=16).hexdigest()
+                gkey = (f"{TASK_PREFIX}group-{group[0][0][0][len(TASK_PREFIX):]}",
+                        members_id)
+                for i, (seg, *_) in enumerate(group):
+                    self.pick_of[seg] = (gkey, i)
+                groups.append((gkey, on_gpu, [seg for seg, *_ in group]))
+        cpu: dict[Any, Any] = {}
+        gpu: dict[Any, Any] = {}
+        built: dict[Any, tuple[list[Any], Any, _Node]] = {}
+        for seg, steps, first, on_gpu in chains:  # every chain's input, by then known
+            arg = self.ref(*self.handle(self.segment_of[first.after])) \
+                if first.after is not None else first.arg
+            if seg in self.pick_of:
+                built[seg] = (steps, arg, first)
                 continue
             (gpu if on_gpu else cpu)[seg] = Task(seg, chain_task, steps, arg, first.request,
                                                  first.store_url)
-        for (on_gpu, _), chains in groupable.items():  # chains whose compiles share a program
-            layer = gpu if on_gpu else cpu
-            for members in compile_groups(chains, grain, lambda c: _likeness(c[3].request)):
-                if len(members) == 1:
-                    seg, steps, arg, first = members[0]
-                    layer[seg] = Task(seg, chain_task, steps, arg, first.request,
-                                      first.store_url)
-                    continue
-                # keyed by its members, in order: another batch (a second client) that
-                # groups other chains must never find its picks reading this group
-                members_id = hashlib.blake2b("/".join(seg[1] for seg, *_ in members)
-                                             .encode(), digest_size=16).hexdigest()
-                gkey = (f"{TASK_PREFIX}group-{members[0][0][0][len(TASK_PREFIX):]}",
-                        members_id)
-                layer[gkey] = Task(gkey, chain_group_task,
-                                   [[steps, first.request] for _, steps, _, first in members],
-                                   members[0][3].store_url, *[arg for _, _, arg, _ in members])
-                for i, (seg, _, _, _) in enumerate(members):
-                    layer[seg] = Task(seg, chain_pick_task, self.ref(gkey), i)
-        chain_keys = set(self.segment_of.values())  # not the groups: their picks hold them
-        keys = [k for k in list(cpu) + list(gpu) if k in chain_keys]
+        for gkey, on_gpu, members in groups:
+            parts = [built[seg] for seg in members]
+            (gpu if on_gpu else cpu)[gkey] = Task(
+                gkey, chain_group_task, [[steps, first.request] for steps, _, first in parts],
+                parts[0][2].store_url, *[arg for _, arg, _ in parts])
+        holders = {self.handle(seg)[0] for seg in self.segment_of.values()}
+        keys = [k for k in list(cpu) + list(gpu) if k in holders]
         layers = _placed_layers(cpu, gpu, spread or {})
         futures = client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys,
                              sync=False)
@@ -1018,26 +1059,20 @@ def compile_groups(chains: list[Any], grain: int, likeness: Any) -> list[list[An
 def _placed_layers(cpu: dict[Any, Any], gpu: dict[Any, Any],
                    spread: dict[bool, list[str]]) -> dict[str, Any]:
     """The graph's layers: CPU and GPU (``resources={"GPU": 1}``) tasks; those that read
-    another task's result in a layer per worker of ``spread`` (round-robin), with
-    their groups' picks (see :meth:`GraphBuilder.submit`)."""
+    another task's result in a layer per worker of ``spread`` (round-robin, see
+    :meth:`GraphBuilder.submit`)."""
     from dask.highlevelgraph import MaterializedLayer
 
     layers: dict[str, Any] = {}
     for on_gpu, tasks in ((False, cpu), (True, gpu)):
         base = {"resources": {"GPU": 1}} if on_gpu else {}
         targets = spread.get(on_gpu) or []
-        placed: dict[Any, str] = {}  # task → the worker named for it ("": Dask's choice)
-        where: dict[str, dict[Any, Any]] = {}
+        where: dict[str, dict[Any, Any]] = {}  # the worker named ("": Dask's choice)
         turn = 0
-        for key, task in tasks.items():  # a group comes before its picks
-            if task.func is chain_pick_task:  # beside its group
-                (group,) = task.dependencies
-                worker = placed.get(group, "")
-            elif targets and task.dependencies:
+        for key, task in tasks.items():
+            worker = ""
+            if targets and task.dependencies:
                 worker, turn = targets[turn % len(targets)], turn + 1
-            else:
-                worker = ""
-            placed[key] = worker
             where.setdefault(worker, {})[key] = task
         for worker, ts in where.items():
             annotations = dict(base, **({"workers": [worker],
@@ -1082,7 +1117,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
         tk = tuple(last.entry.get("task_key") or ())
         if last.entry.get("pinned") and len(tk) == 2:
             held.append(Future(tk, client=client))  # the held key: no task for the prefix
-            prev = graph.ref(tk)
+            prev = graph.ref(tk, last.entry.get("pick"))
         else:  # released: the next task reads it from the store (or fails: not stored)
             prev = ("store", last.key, last.entry.get("fields") or {"stage": last.stage})
     else:
@@ -1116,7 +1151,7 @@ def plan_refresh(client: Any, module: SemanticModule, request: VariantRequest,
     if centry and centry.get("pinned"):
         ckey = tuple(centry["task_key"])
         held.append(Future(ckey, client=client))
-        cprev: Any = graph.ref(ckey)
+        cprev: Any = graph.ref(ckey, centry.get("pick"))
     else:
         ckey = (f"{TASK_PREFIX}compile", entry_key)
         cprev = graph.node(ckey, "compile", prev, rd, store_url, gpu=on_gpu,

@@ -216,6 +216,8 @@ class AccyCachePlugin(SchedulerPlugin):
                     and old.get("task_key"):
                 # run again inside a fused chain: the old holder still pins its product
                 record["task_key"] = old["task_key"]
+                if "pick" in old:  # as its chain's entry of a group task's value
+                    record["pick"] = old["pick"]
             if "task_key" in record:
                 task = to_dask_key(record["task_key"])
                 self._entries_of.setdefault(task, set()).add(stage_key)

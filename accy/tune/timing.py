@@ -184,12 +184,13 @@ def result_error(got: Sequence[Any], want: Sequence[np.ndarray], elements: Seque
 
 
 def _compiled(item: Any) -> Any:
-    """A compiled fragment: held by the cluster, or read back from the store."""
-    from accy.distributed.graph import compiled_of
+    """A compiled fragment: held by the cluster (``{"held": value, "pick": i}``, the
+    value of a chain or its group), or read back from the store."""
+    from accy.distributed.graph import compiled_of, held_value
     from accy.executable.compile import CompiledFragment
 
-    if not isinstance(item, dict):  # a held chain result (or fragment) of the batch
-        compiled = compiled_of(item)
+    if "held" in item:  # a held chain result (or fragment) of the batch
+        compiled = compiled_of(held_value(item["held"], item.get("pick")))
         if isinstance(compiled, CompiledFragment):
             return compiled
         raise RuntimeError(f"the held value is no compiled fragment "

@@ -406,7 +406,7 @@ class _Run:
         items: list[Any] = []
         for f, (_, o) in zip(held, ok):
             if who.get(f.key):
-                items.append(f)
+                items.append({"held": f, "pick": o.compile_pick})
             else:
                 ckey = next((r.key for r in o.receipts if r.stage == "compile"), "")
                 items.append({"store": self.store_url, "key": ckey})

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from accy.distributed import graph
@@ -200,7 +201,8 @@ def test_cuda_chains_compile_several_to_a_task_each_keeping_its_key_and_failure(
     # kernel…compile chains make 4 groups, the failing contract…compile chain is alone
     assert graph.compile_grain(len(variants), 2) == 2
     assert groups == {f"{graph.TASK_PREFIX}group-kernel-compile": 4}, names
-    assert names[f"{graph.TASK_PREFIX}kernel-compile"] == 8  # the picks
+    # a chain in a group has no task of its own (no pick task per chain)
+    assert f"{graph.TASK_PREFIX}kernel-compile" not in names, names
     by_id = {o.id: o for o in result.outcomes}
     failed = by_id["rmsnorm[target=cuda:sm_90,arg0=8x100]"]
     assert failed.status == "failed" and "disagrees with its static dims" in \
@@ -245,6 +247,43 @@ def test_a_chain_group_moves_as_msgpack_with_its_failures():
         raise AssertionError("a failed chain's pick must raise its failure")
 
 
+def _two_chains() -> graph.ChainGroup:
+    ok = graph.ChainResult({"contract": {"key": "k"}}, None, None, "stage")
+    ok._wire = b"product bytes"
+    lost = graph.InputLost("gone", "memory", "memory")
+    return graph.ChainGroup([ok, lost])
+
+
+def _receipts_of(value: Any) -> Any:
+    return value.receipts
+
+
+def test_a_task_reading_a_chain_of_a_group_picks_it_inside_its_own_task(cluster):
+    """A chain run in a group task has no task of its own: a reader names the group and
+    the chain's place in it (``GraphBuilder.ref``) and picks the entry itself; a failed
+    chain's entry fails its reader with that chain's own failure."""
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+    from dask.task_spec import Task
+
+    c, client = cluster
+    gkey = ("accy_group-test", "two-chains")
+    tasks = {gkey: Task(gkey, _two_chains)}
+    for i in (0, 1):
+        key = ("accy_test-reader", str(i))
+        tasks[key] = Task(key, _receipts_of, graph.GraphBuilder.ref(gkey, i))
+    assert tasks[("accy_test-reader", "1")].dependencies == {gkey}
+    readers = [("accy_test-reader", "0"), ("accy_test-reader", "1")]
+    ok, lost = client.get(HighLevelGraph({"t": MaterializedLayer(tasks)}, {"t": set()}),
+                          readers, sync=False)
+    assert ok.result() == {"contract": {"key": "k"}}
+    with pytest.raises(graph.InputLost, match="gone"):
+        lost.result()
+    # the entries as a published holder names them (what `accy.distributed.api.run` and
+    # the tuner read): the group's value and a place in it
+    group = _two_chains()
+    assert graph.held_value(group, 0) is group.entries[0] and graph.held_value(ok, None) is ok
+
+
 def test_a_chain_that_fails_in_a_group_fails_alone(tmp_path):
     """One group task, three chains: one fails its contract stage, one fails to compile
     (its target product's source is broken), one is fine. The broken compile costs the
@@ -280,7 +319,7 @@ def test_a_chain_that_fails_in_a_group_fails_alone(tmp_path):
 
 def test_a_group_is_keyed_by_its_members():
     """Two batches (two clients) that group different chains never share a group key:
-    a pick of one must never read the other's group (found by the fault suite's
+    a reader of one must never read the other's group (found by the fault suite's
     two-client trials: a pick read another batch's group under the same key)."""
     class Capture:
         def __init__(self) -> None:
@@ -309,7 +348,7 @@ def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
     """Dask places a task where its inputs are: every variant of a shared prefix queued on
     the prefix's worker. The batch names a worker for each task that reads another
     task's result, round-robin, and lets the scheduler move it (allow_other_workers);
-    a group's picks go with the group, tasks that read nothing are left to Dask."""
+    tasks that read nothing are left to Dask."""
     class Capture:
         def __init__(self) -> None:
             self.layers: dict[str, Any] = {}
@@ -335,9 +374,7 @@ def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
         annotations, keys = placed[f"accy-gpu@{w}"]
         assert annotations == {"resources": {"GPU": 1}, "workers": [w],
                                "allow_other_workers": True}
-        groups = [k for k in keys if k[0].startswith("accy_group-")]
-        picks = [k for k in keys if not k[0].startswith("accy_group-")]
-        assert len(picks) == 2 * len(groups)  # each group's two picks beside it
+        assert all(k[0].startswith("accy_group-") for k in keys), keys  # no pick tasks
     # three groups of two variants, round-robin: two on g1, one on g2
     assert [len([k for k in placed[f"accy-gpu@{w}"][1] if k[0].startswith("accy_group-")])
             for w in ("tcp://g1", "tcp://g2")] == [2, 1]

@@ -62,3 +62,30 @@ def test_gpu_workers_run_every_graph(gpu_client, path: str) -> None:  # type: ig
         scale = float(np.max(np.abs(want))) if want.size else 0.0
         np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=2e-5,
                                    atol=max(2e-5, 4e-6 * scale))
+
+
+def test_variants_compiled_in_one_group_task_run_from_its_value(gpu_client) -> None:  # type: ignore[no-untyped-def]
+    """CUDA variants compiled two to a group task (no task per chain): each runs from its
+    entry of the group's value (``compile_pick``), on the worker that loaded it."""
+    import dask
+
+    from accy.distributed.api import run
+    from accy.distributed.batch import run_batch
+    from accy.preparation.products import SemanticModule
+    from accy.reference import run_reference
+    from accy.sweep import Variant
+
+    path = os.path.join(ROOT, "graphs", "softmax.mlir")
+    variants = [Variant(path, "cuda", {0: (rows, 96)}, {"kernel.block_size": b})
+                for rows in (1, 17, 33, 4097) for b in (64, 128)]
+    with dask.config.set({"accy.compile-grain": 2}):
+        result = run_batch(gpu_client, variants, store_url=None)
+    assert all(o.status == "ok" for o in result.outcomes), [o.failure for o in result.outcomes]
+    assert {o.compile_pick for o in result.outcomes} == {0, 1}
+    module = SemanticModule.from_file(path).module
+    rng = np.random.default_rng(5)
+    for v, o in zip(variants, result.outcomes):
+        x = rng.standard_normal(v.shapes[0]).astype(np.float32)
+        [got] = run(gpu_client, o, x)
+        [want] = run_reference(module, [x])
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
