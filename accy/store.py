@@ -70,6 +70,7 @@ import struct
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -312,6 +313,48 @@ class _FileLedger(_ProcessLedger):
         self._fd = None
 
 
+LEASE_BYTES = 1 << 20
+"""What a process reserves in a shared ledger ahead of its puts, in a store bounded
+at 64 leases or more: while the store is below half its bound, a put takes its bytes
+from this lease, and the ledger's lock is taken once a lease, not twice a put. A scan
+recounts the files and so forgets the leases held then: the ledger may read up to a
+lease per writing process low until the next scan (a turnover of the bound), far
+inside the half of the bound left free. Smaller stores reserve every put exactly. Fifteen batch workers writing seven products a variant queued on that lock:
+on the H200 machine 64 % of their task time was spent waiting for it (Dask's
+profile of the 480-variant distinct batch, RESULTS.md, batch, tenth session)."""
+
+
+class _Lease:
+    """Bytes this process reserved in a shared ledger and has not written yet."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.pid = os.getpid()
+
+    def here(self) -> _Lease:
+        """This lease as this process holds it (a forked child holds none)."""
+        if self.pid != os.getpid():
+            self.bytes, self.pid = 0, os.getpid()
+        return self
+
+
+def _release(ledger: _ProcessLedger, lease: _Lease) -> None:
+    """Give an unused lease back to the ledger and close it (a store's finaliser; also
+    at interpreter exit). Never raises: a ledger left high is recounted by a scan."""
+    try:
+        if lease.bytes and lease.pid == os.getpid():
+            with ledger.locked():
+                total = ledger.read()
+                if total is not None:
+                    ledger.write(total - lease.bytes)
+        lease.bytes = 0
+        close = getattr(ledger, "close", None)
+        if close is not None:
+            close()
+    except Exception:  # noqa: BLE001 - a finaliser never raises
+        pass
+
+
 _TMP_SEQ: list[tuple[int, str, Iterator[int]]] = [(0, "", itertools.count())]
 """The process that drew the temporary names' token, the token and its counter."""
 
@@ -411,6 +454,8 @@ class ArtifactStore:
             raise StoreError(f"cannot create the artifact store at {url}: {e}") from None
         shared = self._local and fcntl is not None
         self._ledger = _FileLedger(f"{self.root}/{_LEDGER}") if shared else _ProcessLedger()
+        self._lease = _Lease()
+        weakref.finalize(self, _release, self._ledger, self._lease)
 
     @classmethod
     def default(cls) -> ArtifactStore:
@@ -425,15 +470,6 @@ class ArtifactStore:
     def __repr__(self) -> str:
         return (f"ArtifactStore({self.url!r}, max_bytes={self.max_bytes}, "
                 f"authenticated={self.authenticated})")
-
-    def __del__(self) -> None:
-        # at interpreter shutdown module globals may already be gone: close by duck type
-        close = getattr(getattr(self, "_ledger", None), "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:  # a finaliser never raises
-                pass
 
     # -- paths
     def _path(self, key: str) -> str:
@@ -569,10 +605,66 @@ class ArtifactStore:
 
     def _put_local(self, key: str, path: str, folder: str, tmp: str, blob: bytes) -> None:
         size = len(blob)
-        # Reserve: make room, then create the temporary at its full size, so a scan
-        # by any process counts exactly what the ledger holds for this write.
+        # Reserve, then create the temporary at its full size: under the ledger's lock,
+        # so a scan by any process counts exactly what the ledger holds for this write
+        # — or, from this process's lease, without it (see LEASE_BYTES).
+        leased, fd = self._reserve(size, key, folder, tmp)
+        try:
+            try:
+                if fd is None:
+                    fd = self._create(folder, tmp)
+                    os.ftruncate(fd, size)
+                _write_all(fd, blob)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if leased:
+                old = _file_size(path)
+                os.replace(tmp, path)
+                if old:  # rewrote an entry (same content, by construction): bytes freed
+                    with self._lock:
+                        self._lease.here().bytes += old
+                return
+            with self._ledger.locked():
+                old = _file_size(path)
+                os.replace(tmp, path)
+                self._add(-old)
+        except BaseException:
+            if leased:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                with self._lock:
+                    self._lease.here().bytes += size
+                raise
+            with self._ledger.locked():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                    self._add(-size)
+            raise
+
+    def _reserve(self, size: int, key: str, folder: str, tmp: str) -> tuple[bool, int | None]:
+        """Reserve ``size`` bytes for a put of ``key``: (whether they came from this
+        process's lease, the temporary's descriptor when it was created here, under the
+        lock). Below half the bound the ledger grants :data:`LEASE_BYTES` more than
+        asked, so the next puts take no lock; nearer the bound every put reserves
+        exactly its bytes, evicting for them."""
+        with self._lock:
+            lease = self._lease.here()
+            if lease.bytes >= size:
+                lease.bytes -= size
+                return True, None
         with self._ledger.locked():
-            total = self._make_room(size, keep=key)
+            total = self._ledger.read()
+            with self._lock:
+                lease = self._lease.here()
+                if lease.bytes >= size:  # another thread took a lease meanwhile
+                    lease.bytes -= size
+                    return True, None
+                extra = self._lease_size()
+                if total is None or (self.max_bytes is not None
+                                     and 2 * (total + size + extra) > self.max_bytes):
+                    extra = 0
+            total = self._make_room(size + extra, keep=key)
             fd = self._create(folder, tmp)
             try:
                 os.ftruncate(fd, size)
@@ -580,22 +672,14 @@ class ArtifactStore:
                 os.close(fd)
                 os.unlink(tmp)
                 raise
-            self._ledger.write(total + size)
-        try:
-            try:
-                _write_all(fd, blob)
-            finally:
-                os.close(fd)
-            with self._ledger.locked():
-                old = _file_size(path)
-                os.replace(tmp, path)
-                self._add(-old)
-        except BaseException:
-            with self._ledger.locked():
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                    self._add(-size)
-            raise
+            self._ledger.write(total + size + extra)
+            with self._lock:
+                self._lease.here().bytes += extra
+            return bool(extra), fd
+
+    def _lease_size(self) -> int:
+        bound = self.max_bytes if self.max_bytes is not None else LEASE_BYTES * 64
+        return LEASE_BYTES if bound >= 64 * LEASE_BYTES else 0
 
     @staticmethod
     def _create(folder: str, tmp: str) -> int:

@@ -351,6 +351,64 @@ def test_a_live_writers_temporary_counts_and_a_killed_writers_is_swept(tmp_path)
     assert store.size_bytes() == 3 * entry
 
 
+def _ledger_total(root: str) -> int:
+    import struct as _struct
+
+    with open(os.path.join(root, ".accy-ledger"), "rb") as f:
+        magic, total = _struct.unpack(">8sq", f.read(16))
+    assert magic == b"ACCYLDG1"
+    return total
+
+
+def test_puts_far_below_the_bound_take_the_ledger_lock_once_a_lease(tmp_path, monkeypatch):
+    """Below half the bound a process reserves up to LEASE_BYTES ahead (its lease) and
+    puts from it without the cross-process lock; the lease goes back when the store
+    object does, and the ledger then holds exactly what is on disk."""
+    import accy.store as st
+
+    root = str(tmp_path)
+    store = ArtifactStore(root, max_bytes=64 << 20)
+    locks = []
+    real = st.fcntl.flock
+    monkeypatch.setattr(st.fcntl, "flock",
+                        lambda fd, op: (locks.append(1) if op == st.fcntl.LOCK_EX else None,
+                                        real(fd, op))[1])
+    for i in range(200):
+        assert store.put(key(i), b"p" * 4000)
+    entry = len(encode_entry(b"p" * 4000, "product", key(0)))
+    # the first put finds no ledger: it counts the store and reserves exactly (two
+    # locks, as every put did before leases); the second takes a lease of 1 MiB, which
+    # covers the next 250 or so puts: 200 puts, 3 locks
+    assert len(locks) == 3, len(locks)
+    assert _ledger_total(root) == 200 * entry + store._lease.bytes > disk_bytes(root)
+    del store
+    import gc
+
+    gc.collect()
+    assert _ledger_total(root) == disk_bytes(root) == 200 * entry
+    assert st.LEASE_BYTES == 1 << 20
+
+
+def test_a_writer_process_gives_its_lease_back_when_it_exits(tmp_path):
+    root = str(tmp_path)
+    ArtifactStore(root, max_bytes=1 << 30).put(key(9999), b"seed")
+    writers = [python(WRITER, root, w * 1000, 50, 1 << 30) for w in range(3)]
+    assert [p.wait(timeout=60) for p in writers] == [0, 0, 0]
+    assert temp_files(root) == []
+    assert _ledger_total(root) == disk_bytes(root)  # no scan: the leases came back
+
+
+def test_near_the_bound_every_put_reserves_exactly_its_bytes(tmp_path, monkeypatch):
+    entry = len(encode_entry(b"n" * 1000, "product", key(0)))
+    root = str(tmp_path)
+    store = ArtifactStore(root, max_bytes=4 * entry)
+    for i in range(12):
+        assert store.put(key(i), b"n" * 1000)
+        assert store._lease.bytes == 0  # never more than half free: no lease
+        assert _ledger_total(root) == disk_bytes(root) <= 4 * entry
+    assert len(store.keys()) == 4
+
+
 def test_puts_at_the_bound_do_not_rescan_the_store(tmp_path, monkeypatch):
     entry = len(encode_entry(b"s" * 100, "product", key(0)))
     store = ArtifactStore(str(tmp_path), max_bytes=200 * entry)
