@@ -27,9 +27,10 @@ submitted:
    still keyed, stored, reused and published by its own stage key; the task's
    value (:class:`ChainResult`) carries the variant's receipts. CUDA chains that
    compile run a few to one task (:func:`chain_group_task`, :func:`compile_grain`):
-   their fragments compile in one NVRTC program, and each chain's key is a pick
-   of the group's value (:class:`ChainGroup`), so it keeps its own result and
-   failure.
+   their fragments compile in one NVRTC program. Such a chain has no task of its
+   own: its value is its entry of the group's (:class:`ChainGroup`), its own result
+   or failure, which a reader picks inside its own task
+   (:meth:`GraphBuilder.ref`, :func:`held_value`).
 4. **Early cutoff inside the task.** Each stage computes its real content key
    from its input's fingerprint and first looks in the artifact store: a
    stage whose input did not change after all is read back, not run (this is
