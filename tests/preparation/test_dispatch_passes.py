@@ -14,6 +14,7 @@ from stage_programs import GRAPHS, filecheck, graph, program
 
 import accy.reference_lowered  # noqa: F401  (registers the prim and dispatch impls)
 from accy.choir.attributes import TensorType, numpy_dtype
+from accy.choir.ir import BlockArgument
 from accy.dialects.dispatch import RegionOp
 from accy.pipeline import prepare_through, run_stage
 from accy.preparation.options import RunOptions
@@ -33,10 +34,22 @@ def regions(result) -> list[RegionOp]:
     return [op for op in result.product.entry().body.ops if isinstance(op, RegionOp)]
 
 
-def body_ops(region: RegionOp) -> list[str]:
-    """The computing ops of a region (index maps, constants and the yield left out)."""
-    return [op.op_name for op in region.body.ops if op.op_name not in FREE
-            and op.op_name != "dispatch.yield"]
+def _cloned(op) -> bool:
+    """Index maps, constants and casts of the region's inputs (or of such values): the
+    former clones them into each region that reads them (a cast of an argument is then
+    a conversion at the load)."""
+    if op.op_name in FREE:
+        return True
+    return op.op_name == "prim.cast" and all(
+        isinstance(v, BlockArgument) or _cloned(v.op) for v in op.operands)
+
+
+def body_ops(region: RegionOp, casts: bool = False) -> list[str]:
+    """The computing ops of a region (cloned ops and the yield left out; with ``casts``,
+    the casts of its inputs kept: without fusion nothing is cloned but index maps)."""
+    return [op.op_name for op in region.body.ops
+            if op.op_name != "dispatch.yield" and not (
+                op.op_name in FREE if casts else _cloned(op))]
 
 
 
@@ -87,6 +100,44 @@ def test_a_normalization_is_one_rows_region(name):
         2 if name == "layernorm" else 1)
     filecheck(r.product.text(), '"prim.reduce"', '"prim.rsqrt"', '"prim.broadcast"',
               '"dispatch.yield"', "NOT: semantic.")
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "residual_norm"])
+def test_a_half_normalization_converts_its_parameters_in_the_row_kernel(name, element):
+    """The tensor stage computes a half program in f32, casting each argument: the cast
+    of a scale or shift vector is no launch of its own (an f32 copy the row kernel reads
+    back) but the conversion at the row kernel's load of the half vector."""
+    sm = graph(name, element)
+    shapes = _shapes(sm, 6)
+    r = dispatch(sm, shapes)
+    (region,) = regions(r)
+    assert region.kind == "rows"
+    assert list(region.operands) == list(r.product.entry().body.args)
+    assert body_ops(region, casts=True).count("prim.cast") >= len(region.operands)
+    assert r.pass_stats["form-dispatch-regions"]["rows-regions"] == 1
+    xs = [x.astype(np.float32) for x in _inputs(graph(name), shapes)]
+    xs = [x.astype(numpy_dtype(t.element)) for x, t in
+          zip(xs, sm.entry().function_type.inputs)]
+    tensor = dispatch(sm, shapes, stage="tensor")
+    for got, want in zip(run_reference(r.product.module, xs),
+                         run_reference(tensor.product.module, xs), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_cast_read_by_a_matmul_is_a_launch_of_its_own():
+    """The fast matmul kernels read plain buffers: a cast of an argument that a matmul
+    reads stays a region writing the converted operand (the cast an elementwise op
+    also reads is then that region's output, not a second conversion)."""
+    A, B, C = "tensor<16x32xbf16>", "tensor<16x32xf32>", "tensor<32x8xf32>"
+    sm = program([A, C], ["tensor<16x8xf32>", B], f"""\
+    %0 = "semantic.cast"(%a0) : ({A}) -> {B}
+    %1 = "semantic.matmul"(%0, %a1) : ({B}, {C}) -> tensor<16x8xf32>
+    %2 = "semantic.exp"(%0) : ({B}) -> {B}
+    "func.return"(%1, %2) : (tensor<16x8xf32>, {B}) -> ()""")
+    r = dispatch(sm)
+    assert [g.kind for g in regions(r)] == ["elementwise", "matmul"]
+    assert body_ops(regions(r)[0], casts=True) == ["prim.cast", "prim.exp"]
 
 
 def test_bias_gelu_is_one_elementwise_region_reading_the_bias_through_an_index_map():
@@ -171,10 +222,10 @@ def test_without_fusion_every_non_index_op_is_its_own_region(name, shapes):
                 if op.op_name not in FREE + ("prim.reshape", "func.return")]
     r = dispatch(sm, shapes, ["dispatch.fuse=false"])
     stats = r.pass_stats["form-dispatch-regions"]
-    regs = [g for g in regions(r) if body_ops(g)]  # copies of returned views left out
+    regs = [g for g in regions(r) if body_ops(g, casts=True)]  # returned views' copies out
     assert len(regions(r)) == len(regs) + stats.get("result-copies", 0)
-    assert all(len(body_ops(g)) == 1 for g in regs)
-    assert [body_ops(g)[0] for g in regs] == [op.op_name for op in launches]
+    assert all(len(body_ops(g, casts=True)) == 1 for g in regs)
+    assert [body_ops(g, casts=True)[0] for g in regs] == [op.op_name for op in launches]
     assert "fused-ops" not in stats
 
 
@@ -412,8 +463,9 @@ def test_ops_sharing_only_an_input_are_one_region():
 
 
 def test_a_reduction_of_a_prologue_joins_a_sibling_row_reduction_of_its_input():
-    """sum(x) and sum(exp(x)), max(cast(x)) over the same rows: one row region reading
-    x once (the prologues move into the sibling's group), four outputs."""
+    """sum(x), sum(cast(x)) and max(exp(cast(x))) over the same rows: one row region
+    reading x once (the exp prologue moves into the sibling's group; the cast is the
+    conversion at x's load), three outputs."""
     B = "tensor<4x8xbf16>"
     sm = program([B], ["tensor<4xbf16>", "tensor<4xf32>", "tensor<4xf32>"], f"""\
     %0 = "semantic.reduce_sum"(%a0) {{axes = array<i64: 1>, keepdims = false}} : ({B}) -> tensor<4xbf16>
@@ -425,8 +477,8 @@ def test_a_reduction_of_a_prologue_joins_a_sibling_row_reduction_of_its_input():
     r = dispatch(sm)
     (region,) = regions(r)
     assert region.kind == "rows" and list(region.operands) == [r.product.entry().body.args[0]]
-    assert body_ops(region) == ["prim.reduce", "prim.cast", "prim.reduce", "prim.exp",
-                                "prim.reduce"]
+    assert body_ops(region) == ["prim.reduce", "prim.reduce", "prim.exp", "prim.reduce"]
+    assert body_ops(region, casts=True).count("prim.cast") == 1
     stats = r.pass_stats["form-dispatch-regions"]
     assert stats["fused-sibling-prologues"] == 1 and stats["rows-regions"] == 1
     x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)

@@ -8,6 +8,11 @@ Fusion, in one forward walk over each function (producer → consumer):
   clones them (a broadcast of a row statistic is a register read, a
   transposed operand is a strided load, a slice an offset load, a gather a
   load at an index loaded first);
+- so is a ``prim.cast`` of an argument (or of such a value) that no matmul, attention
+  chain or reshape reads: each reader converts the argument as it loads it. A half
+  layernorm's ``cast(gamma)`` is then read in the row kernel as the half vector
+  itself, not computed by a launch of its own into an f32 buffer the row kernel reads
+  back; a ``cast(x)`` read by two regions is the narrower ``x`` read twice;
 - an elementwise op joins the group of one of its producers when it iterates
   the same space: an elementwise group of its shape, a row group whose row
   (or reduced row) it is — a reduction's epilogue — or a matmul group whose
@@ -109,6 +114,8 @@ class _Former:
         """Every op of an attention chain to fuse → its chain (filled before the walk)."""
         if fuse and fuse_attention:
             self.find_attention()
+        self.inlined: set[Operation] = self.find_inlined_casts() if fuse else set()
+        """Casts of arguments that every reader computes itself (:meth:`find_inlined_casts`)."""
         self.group_of: dict[Operation, Group] = {}
         self.groups: list[Group] = []
         self.result_sources: list[Group | None] = []
@@ -118,9 +125,43 @@ class _Former:
         self.order = {op: i for i, op in enumerate(func.body.ops)}
 
     # ---------------------------------------------------------------- analysis
+    def free(self, op: Operation) -> bool:
+        """Cloned into every region that reads it: index maps, constants, inlined casts."""
+        return _free(op) or op in self.inlined
+
+    def find_inlined_casts(self) -> set[Operation]:
+        """The casts that are no launch's own work: a ``prim.cast`` of an argument, or of
+        an index map, constant or cast of one, that is read (through index maps) by no
+        matmul (whose fast kernels read plain buffers), no attention chain and no reshape
+        (which views a buffer)."""
+        out: set[Operation] = set()
+
+        def materialized_readers_ok(op: Operation) -> bool:
+            for user, _ in op.results[0].uses:
+                if isinstance(user, ReturnOp):
+                    continue
+                if user.op_name in ("prim.matmul", "prim.reshape") or user in self.chains:
+                    return False
+                if user.op_name in INDEX_OPS and not materialized_readers_ok(user):
+                    return False
+            return True
+
+        def from_arguments(v: Value) -> bool:
+            if isinstance(v, BlockArgument):
+                return True
+            assert isinstance(v, OpResult)
+            return (_free(v.op) or v.op in out) and all(from_arguments(o)
+                                                        for o in v.op.operands)
+
+        for op in self.func.body.ops:
+            if op.op_name == "prim.cast" and op not in self.chains \
+                    and from_arguments(op.operands[0]) and materialized_readers_ok(op):
+                out.add(op)
+        return out
+
     def bases(self, v: Value) -> list[tuple[Value, list[Operation]]]:
         """The materialized values ``v`` reads through index maps, with the chain."""
-        if isinstance(v, OpResult) and _free(v.op) and v.op not in self.group_of:
+        if isinstance(v, OpResult) and self.free(v.op) and v.op not in self.group_of:
             out = []
             for operand in v.op.operands:
                 for base, chain in self.bases(operand):
@@ -231,7 +272,7 @@ class _Former:
         block = self.func.body
         for op in block.ops:
             name = op.op_name
-            if _free(op) or name == "prim.reshape" or isinstance(op, ReturnOp):
+            if self.free(op) or name == "prim.reshape" or isinstance(op, ReturnOp):
                 continue
             if op in self.chains:
                 match = self.chains[op]
@@ -256,7 +297,7 @@ class _Former:
         for op in list(block.ops):
             if op.op_name == "prim.reshape":
                 src = op.operands[0]
-                if isinstance(src, OpResult) and _free(src.op) and src.op not in self.group_of:
+                if isinstance(src, OpResult) and self.free(src.op) and src.op not in self.group_of:
                     free = src.op
                     if any(user is not op for user, _ in src.uses):
                         # others read through it (cloning it): the copy region gets a
@@ -295,7 +336,7 @@ class _Former:
         for operand in op.operands:
             for base, _ in self.bases(operand):
                 if self.group_of_value(base) is None and base not in out and not (
-                        isinstance(base, OpResult) and _free(base.op)):
+                        isinstance(base, OpResult) and self.free(base.op)):
                     out.append(base)
         return out
 
@@ -432,7 +473,7 @@ class _Former:
         for user, _ in v.uses:
             if user in g.ops:
                 continue
-            if _free(user) and user not in self.group_of:
+            if self.free(user) and user not in self.group_of:
                 if any(self.used_outside(r, g) for r in user.results):
                     return True
                 continue
