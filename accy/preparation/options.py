@@ -148,8 +148,11 @@ def wgmma_tiles(tile_m: int, tile_n: int, m: int, n: int, batch: int) -> tuple[i
 
 @dataclass(frozen=True)
 class KernelOptions:
-    block_size: int = 256
-    """Threads per block (CUDA) for elementwise and row kernels."""
+    block_size: int = 0
+    """Threads per block (CUDA) for elementwise and row kernels (a power of two, 32 to
+    1024); 0 picks: 256, but a row kernel whose row takes a whole block takes as many as
+    give each thread 8 values of an f32 row (128 to 512 threads), and more while a
+    thread would hold over 32 values (``row_block_size`` in the kernel stage)."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
     rows_per_block: int = 0
@@ -225,8 +228,16 @@ class KernelOptions:
     loaded when it is reached (fewer registers; as fast or faster at every tile the
     H200 measured, so the default)."""
 
-    def __post_init__(self) -> None:
+    def _check_block_size(self) -> None:
+        if self.block_size == 0:  # by kind and row (the kernel stage's row_block_size)
+            return
         _positive("kernel.block_size", self.block_size, power_of_two=True, at_most=1024)
+        if self.block_size < 32:
+            raise OptionError(f"kernel.block_size must be 0 (picked) or at least 32, got "
+                              f"{self.block_size}")
+
+    def __post_init__(self) -> None:
+        self._check_block_size()
         self._check_attention_tiles()
         for n in ("mma_tile_m", "mma_tile_n"):
             if getattr(self, n) not in (64, 128):
@@ -246,8 +257,6 @@ class KernelOptions:
                               "256 (256 accumulators a thread)")
         if not 2 <= self.wgmma_stages <= 6:
             raise OptionError(f"kernel.wgmma_stages must be 2 to 6, got {self.wgmma_stages}")
-        if self.block_size < 32:
-            raise OptionError(f"kernel.block_size must be at least 32, got {self.block_size}")
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
         if self.rows_per_block < 0:

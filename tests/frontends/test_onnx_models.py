@@ -18,6 +18,10 @@ from accy.preparation.stages import PreparationRequest  # noqa: E402
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
+IR_VERSION = 8
+"""The IR version of opset 17 (onnx's own table), fixed: a newer onnx stamps its own,
+which an older onnxruntime refuses (the GPU machine's onnx writes IR 14, its
+onnxruntime reads up to 13)."""
 
 
 def _init(name: str, *shape: int, scale: float = 0.1) -> onnx.TensorProto:
@@ -52,7 +56,7 @@ def mlp() -> onnx.ModelProto:
     inits = [_init("w1", 128, 64), _init("b1", 128), _init("w2", 128, 10), _init("b2", 10)]
     g = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", F, ["batch", 64])],
                      [h.make_tensor_value_info("y", F, ["batch", 10])], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=IR_VERSION)
     onnx.checker.check_model(m)
     return m
 
@@ -104,7 +108,7 @@ def _transformer_block(seq: int | str, d: int, heads: int) -> onnx.ModelProto:
              scalar("sqrt2", np.sqrt(2.0)), scalar("one", 1.0), scalar("half", 0.5)]
     g = h.make_graph(n, "block", [h.make_tensor_value_info("x", F, [seq, d])],
                      [h.make_tensor_value_info("y", F, [seq, d])], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=IR_VERSION)
     onnx.checker.check_model(m)
     return m
 

@@ -137,7 +137,7 @@ def test_explain_names_the_changed_option(warm):
         softmax(), request(options=("kernel.block_size=128",)))
     kernel = update.report.receipt("kernel")
     assert kernel is not None and not kernel.reused
-    assert "option block_size: 256 -> 128" in kernel.explain
+    assert "option block_size: 0 -> 128" in kernel.explain
     assert "input fingerprint" not in kernel.explain
 
 

@@ -120,9 +120,16 @@ def test_vector_width_and_block_size_options():
     assert p["vector_width"] == 2  # 4098 divides by 2, not by 4
 
 
-def test_the_grid_is_capped_at_a_few_waves():
-    (p,) = plans(kernel(unary("exp", "tensor<4096x4096xf32>"), opts=["kernel.block_size=32"]))
-    assert p["grid"] == (4096, 1, 1)  # a grid-stride loop covers the rest
+@pytest.mark.parametrize("rows,grid", [
+    (1024, 4096),   # 1M vectors: a vector a thread, 4096 blocks of 256
+    (2048, 4096),   # 2M: two a thread, still 4096 blocks
+    (8192, 16384),  # 8M: two a thread
+    (32768, 16384),  # 32M: the grid is capped; a grid-stride loop covers the rest
+])
+def test_an_elementwise_grid_gives_a_thread_two_vectors_past_4096_blocks(rows, grid):
+    (p,) = plans(kernel(unary("exp", f"tensor<{rows}x4096xf32>")))
+    assert p["vector_width"] == 4 and p["block"] == (256, 1, 1)
+    assert p["grid"] == (grid, 1, 1)
 
 
 # ------------------------------------------------------------------------ rows
@@ -132,11 +139,23 @@ def test_long_rows_are_a_block_per_row_with_the_row_cached():
     r = kernel(graph("softmax"), {0: (8, 4096)})
     (p,) = plans(r)
     assert p["mapping"] == "block-per-row" and p["kind"] == "rows"
-    assert p["grid"] == (8, 1, 1) and p["block"] == (256, 1, 1)
+    assert p["grid"] == (8, 1, 1) and p["block"] == (512, 1, 1)  # 8 floats a thread
     assert (p["rows"], p["cols"], p["vector_width"]) == (8, 4096, 4)
-    assert p["items"] == 4096 // (256 * 4)
+    assert p["items"] == 4096 // (512 * 4)
     assert p["cached_inputs"] == (0,)
     assert p["shared_bytes"] > 0
+
+
+@pytest.mark.parametrize("cols,element,block", [
+    (2048, "f32", 256), (4096, "f32", 512), (8192, "f32", 512), (16384, "f32", 512),
+    (32768, "f32", 1024), (4096, "bf16", 256), (8192, "f16", 256), (16384, "bf16", 512),
+])
+def test_a_block_per_row_kernel_sizes_its_block_by_its_row(cols, element, block):
+    (p,) = plans(kernel(graph("softmax", element), {0: (8, cols)}))
+    assert p["mapping"] == "block-per-row" and p["block"] == (block, 1, 1)
+    assert bool(p["cached_inputs"]) == (cols <= 32 * block)
+    (p,) = plans(kernel(graph("softmax", element), {0: (8, cols)}, ["kernel.block_size=256"]))
+    assert p["block"] == (256, 1, 1)  # an explicit block size is kept
 
 
 def test_layernorm_caches_the_row_but_not_the_broadcast_vectors():

@@ -303,7 +303,7 @@ def _write_loop(src: str, name: str) -> str:
 def test_a_cuda_row_kernel_loads_everything_before_it_stores():
     # two outputs of one rows region are written in place over its two inputs; the
     # second output reads the first output's donor, so every load must come first
-    N = 16384  # too long a row to cache in registers
+    N = 16384  # too long a row to cache in the registers of 256 threads
     X, W, A = "tensor<8x16xf32>", f"tensor<16x{N}xf32>", f"tensor<8x{N}xf32>"
     S, W3 = "tensor<8x1xf32>", f"tensor<{N}x4xf32>"
     sm = program([X, W, W, W3], ["tensor<8x4xf32>", "tensor<8x4xf32>"], f"""\
@@ -315,7 +315,7 @@ def test_a_cuda_row_kernel_loads_everything_before_it_stores():
     %5 = "semantic.matmul"(%3, %a3) : ({A}, {W3}) -> tensor<8x4xf32>
     %6 = "semantic.matmul"(%4, %a3) : ({A}, {W3}) -> tensor<8x4xf32>
     "func.return"(%5, %6) : (tensor<8x4xf32>, tensor<8x4xf32>) -> ()""")
-    r = emit(sm)
+    r = emit(sm, opts=["kernel.block_size=256"])
     buffers = plain(r.product.module.attributes["target.buffers"])
     assert sum("inplace_of" in b for b in buffers) == 2
     (rows,) = [k for k in r.product.module.body.ops

@@ -7,7 +7,8 @@ plan, per kind, for CUDA:
 - elementwise: a **grid-stride** loop, ``vector_width`` elements per
   iteration (16-byte loads/stores when every buffer is a float (f32, f16,
   bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
-  math in f32), ``block_size`` threads, a grid capped at a few waves;
+  math in f32), ``block_size`` threads, a vector a thread up to 4096 blocks, then two
+  (at most 16384 blocks: :data:`MAX_GRID_BLOCKS`);
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -72,7 +73,51 @@ from accy.preparation.options import (
 )
 from accy.preparation.passes.memory import IDENTITY_READERS
 
-MAX_GRID_BLOCKS = 4096
+BLOCK_SIZE = 256
+"""Threads a block where ``kernel.block_size`` is 0 (picked), but for row kernels whose
+row takes a block (:func:`row_block_size`)."""
+ROW_VALUES_PER_THREAD = 8
+"""The values of its row a thread of an f32 block-per-row kernel holds (512 threads for
+rows of 4096). On the H200 (softmax, layernorm and the dynamic row program, rows of 2048
+to 16384 values, 128 to 1024 threads; RESULTS.md "Eleventh session") that was the
+fastest block size, or within 2 % of it, at every row length. Rows of halves keep
+:data:`BLOCK_SIZE`: at 4096 values 128 threads (32 a thread) made softmax and the
+dynamic program 8–14 % faster but rmsnorm 3 % slower, and 512 threads (8 a thread)
+made the reductions program 20 % slower."""
+
+
+def row_block_size(cols: int, element_bytes: int) -> int:
+    """Threads of a block-per-row kernel over rows of ``cols`` values of
+    ``element_bytes`` each (its widest streamed input): for an f32 row a power of two
+    giving a thread :data:`ROW_VALUES_PER_THREAD` values, 128 to 512 threads; for any
+    other :data:`BLOCK_SIZE`; in both, up to 1024 while that keeps
+    a thread's values within :data:`MAX_CACHED_PER_THREAD` (registers), past which every
+    phase reads the row again (softmax over rows of 16384 floats: 2289 GB/s at 256
+    threads, 3872 at 512).
+
+    >>> row_block_size(4096, 4), row_block_size(4096, 2), row_block_size(2048, 4)
+    (512, 256, 256)
+    >>> row_block_size(16384, 2), row_block_size(32768, 4), row_block_size(10**6, 4)
+    (512, 1024, 1024)
+    """
+    if element_bytes == 4:
+        want = max(1, cols // ROW_VALUES_PER_THREAD)
+        bs = min(512, max(128, 1 << (want.bit_length() - 1)))
+    else:
+        bs = BLOCK_SIZE
+    while bs < 1024 and cols > bs * MAX_CACHED_PER_THREAD:
+        bs *= 2
+    return bs
+
+
+MIN_GRID_BLOCKS = 4096
+MAX_GRID_BLOCKS = 16384
+"""An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
+vectors a thread (a grid-stride loop of two steps), at most ``MAX_GRID_BLOCKS``. On the
+H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
+session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
+and larger, a vector a thread at every size lost 1–7 %, and 16384 blocks of two
+vectors were within 2 % of the best grid measured at every size."""
 MAX_CACHED_PER_THREAD = 32
 MAX_THREAD_CACHED = 2 * MAX_CACHED_PER_THREAD
 """The longest row a ``thread-per-row`` thread holds in registers (64 values: the
@@ -318,13 +363,15 @@ class PlanKernels(Pass):
                     "vector_width": 1, "shared_bytes": 0}
         if kind == "attention":
             return self.attention_plan(region, offsets or {})
-        bs = self.block_size
+        bs = self.block_size or BLOCK_SIZE
         width = _vector_elements(region, self.vector_width)
         aligned = width > 1 and _vector_aligned(region, offsets or {}, self.vector_width)
         if kind == "elementwise":
             n = math.prod(it) if it else 1
             vec = width if (aligned and it and it[-1] % width == 0) else 1
-            blocks = max(1, min(MAX_GRID_BLOCKS, math.ceil(n / (vec * bs))))
+            blocks = max(1, math.ceil(n / (vec * bs)))
+            if blocks > MIN_GRID_BLOCKS:
+                blocks = min(MAX_GRID_BLOCKS, max(MIN_GRID_BLOCKS, math.ceil(blocks / 2)))
             return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                     "vector_width": vec, "shared_bytes": 0, "elements": n}
         if kind == "rows":
@@ -353,6 +400,9 @@ class PlanKernels(Pass):
                 block = (32 * rpb, 1, 1)
                 shared = 0
             else:
+                streamed = [o.type.element.nbytes for o in region.operands
+                            if isinstance(o.type, TensorType) and tuple(o.type.shape) == it]
+                bs = self.block_size or row_block_size(cols, max(streamed, default=4))
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
                 shared = 32 * 8
             # an empty row still runs its (guarded, empty) column loop once: the
