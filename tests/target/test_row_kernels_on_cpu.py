@@ -289,3 +289,39 @@ def test_elementwise_kernels_match_the_reference_on_the_cpu(element: str, rows: 
     if element == "f16":
         x, b = x.astype(np.float16), b.astype(np.float16)
     assert max_error(job, sm, [x, b]) < (1e-5 if element == "f32" else 1e-2)
+
+
+# ------------------------------------------------------ the picked launch geometry
+
+
+@needs_cxx
+@pytest.mark.parametrize("name,element,shape,block", [
+    ("softmax", "f32", (3, 20000), 1024),  # grown past 512: 5 vectors a thread, cached
+    ("layernorm", "f32", (5, 4096), 512),  # 8 floats a thread
+    ("softmax", "bf16", (3, 4097), 256),  # halves keep 256; unvectorized, ragged
+])
+def test_the_picked_row_blocks_match_the_reference_on_the_cpu(
+        name: str, element: str, shape: tuple[int, int], block: int) -> None:
+    rows, cols = shape
+    text = graph(name, None if element == "f32" else element).text()
+    sm = SemanticModule.from_text(text.replace("4096", str(cols)), f"{name}.mlir")
+    job = cuda_job(sm, {0: shape})
+    (launch,) = job.module.attributes["target.launches"].values
+    assert tuple(dict(launch.entries)["block"].values) == (block, 1, 1)
+    rng = np.random.default_rng(7)
+    inputs = [rng.standard_normal(s.shape).astype(np.float32)
+              for s in (BufferSpec.from_attr(a) for a in
+                        job.module.attributes["target.buffers"].values) if s.kind == "arg"]
+    assert max_error(job, sm, inputs) <= TOLERANCE[element]
+
+
+@needs_cxx
+def test_an_elementwise_grid_of_two_vectors_a_thread_covers_a_ragged_tail() -> None:
+    """1100 rows of 4096: 1,126,400 vectors over 4096 blocks of 256 threads, so the
+    grid-stride loop's second step covers the last 77,824 vectors only."""
+    sm = graph("gelu_tanh")
+    job = cuda_job(sm, {0: (1100, 4096)})
+    (launch,) = job.module.attributes["target.launches"].values
+    assert tuple(dict(launch.entries)["grid"].values) == (4096, 1, 1)
+    x = np.random.default_rng(8).standard_normal((1100, 4096)).astype(np.float32)
+    assert max_error(job, sm, [x]) < 1e-5
