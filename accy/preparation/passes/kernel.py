@@ -116,8 +116,8 @@ MAX_GRID_BLOCKS = 16384
 vectors a thread (a grid-stride loop of two steps), at most ``MAX_GRID_BLOCKS``. On the
 H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
 session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
-and larger, a vector a thread at every size lost 1–7 %, and 16384 blocks of two
-vectors were within 2 % of the best grid measured at every size."""
+and larger, a vector a thread lost 1–7 % from 8192 rows of 4096 up, and this rule was
+within 2 % of the best grid measured at every size."""
 MAX_CACHED_PER_THREAD = 32
 MAX_THREAD_CACHED = 2 * MAX_CACHED_PER_THREAD
 """The longest row a ``thread-per-row`` thread holds in registers (64 values: the
