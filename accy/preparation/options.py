@@ -150,9 +150,8 @@ def wgmma_tiles(tile_m: int, tile_n: int, m: int, n: int, batch: int) -> tuple[i
 class KernelOptions:
     block_size: int = 0
     """Threads per block (CUDA) for elementwise and row kernels (a power of two, 32 to
-    1024); 0 picks: 256, but a row kernel whose row takes a whole block takes as many as
-    give each thread 8 values of an f32 row (128 to 512 threads), and more while a
-    thread would hold over 32 values (``row_block_size`` in the kernel stage)."""
+    1024); 0 lets the kernel stage pick (its ``BLOCK_SIZE``, and ``row_block_size`` for a
+    row kernel whose row takes a whole block)."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
     rows_per_block: int = 0

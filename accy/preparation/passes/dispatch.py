@@ -136,13 +136,14 @@ class _Former:
         (which views a buffer)."""
         out: set[Operation] = set()
 
-        def materialized_readers_ok(op: Operation) -> bool:
+        def no_buffer_readers(op: Operation) -> bool:
+            # no reader needs op's value in a buffer of its own (through index maps)
             for user, _ in op.results[0].uses:
                 if isinstance(user, ReturnOp):
                     continue
                 if user.op_name in ("prim.matmul", "prim.reshape") or user in self.chains:
                     return False
-                if user.op_name in INDEX_OPS and not materialized_readers_ok(user):
+                if user.op_name in INDEX_OPS and not no_buffer_readers(user):
                     return False
             return True
 
@@ -155,7 +156,7 @@ class _Former:
 
         for op in self.func.body.ops:
             if op.op_name == "prim.cast" and op not in self.chains \
-                    and from_arguments(op.operands[0]) and materialized_readers_ok(op):
+                    and from_arguments(op.operands[0]) and no_buffer_readers(op):
                 out.add(op)
         return out
 

@@ -84,6 +84,23 @@ fastest block size, or within 2 % of it, at every row length. Rows of halves kee
 :data:`BLOCK_SIZE`: at 4096 values 128 threads (32 a thread) made softmax and the
 dynamic program 8–14 % faster but rmsnorm 3 % slower, and 512 threads (8 a thread)
 made the reductions program 20 % slower."""
+MIN_GRID_BLOCKS = 4096
+MAX_GRID_BLOCKS = 16384
+"""An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
+vectors a thread (a grid-stride loop of two steps), at most ``MAX_GRID_BLOCKS``. On the
+H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
+session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
+and larger, a vector a thread lost 1–7 % from 8192 rows of 4096 up, and this rule was
+within 2 % of the best grid measured at every size."""
+MAX_CACHED_PER_THREAD = 32
+MAX_THREAD_CACHED = 2 * MAX_CACHED_PER_THREAD
+"""The longest row a ``thread-per-row`` thread holds in registers (64 values: the
+register file of a 256-thread block at 255 registers a thread still has room for the
+row and the expression temporaries); longer rows are read again in each phase."""
+MAX_THREAD_ROW = 256
+"""The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
+MIN_THREAD_ROWS = 16384
+"""Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
 
 
 def row_block_size(cols: int, element_bytes: int) -> int:
@@ -110,28 +127,17 @@ def row_block_size(cols: int, element_bytes: int) -> int:
     return bs
 
 
-MIN_GRID_BLOCKS = 4096
-MAX_GRID_BLOCKS = 16384
-"""An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
-vectors a thread (a grid-stride loop of two steps), at most ``MAX_GRID_BLOCKS``. On the
-H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
-session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
-and larger, a vector a thread lost 1–7 % from 8192 rows of 4096 up, and this rule was
-within 2 % of the best grid measured at every size."""
-MAX_CACHED_PER_THREAD = 32
-MAX_THREAD_CACHED = 2 * MAX_CACHED_PER_THREAD
-"""The longest row a ``thread-per-row`` thread holds in registers (64 values: the
-register file of a 256-thread block at 255 registers a thread still has room for the
-row and the expression temporaries); longer rows are read again in each phase."""
-MAX_THREAD_ROW = 256
-"""The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
-MIN_THREAD_ROWS = 16384
-"""Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
-
-
 def _element_bytes(op: Operation) -> int:
     t = op.results[0].type
     return t.element.nbytes if isinstance(t, TensorType) else 4
+
+
+def _row_element_bytes(region: RegionOp) -> int:
+    """Bytes an element of the widest input a row region streams (one of its iteration
+    shape); 4 when none is (:func:`row_block_size`)."""
+    it = tuple(region.iteration)
+    return max((o.type.element.nbytes for o in region.operands
+                if isinstance(o.type, TensorType) and tuple(o.type.shape) == it), default=4)
 
 
 def _vector_elements(region: RegionOp, width: int) -> int:
@@ -400,9 +406,7 @@ class PlanKernels(Pass):
                 block = (32 * rpb, 1, 1)
                 shared = 0
             else:
-                streamed = [o.type.element.nbytes for o in region.operands
-                            if isinstance(o.type, TensorType) and tuple(o.type.shape) == it]
-                bs = self.block_size or row_block_size(cols, max(streamed, default=4))
+                bs = self.block_size or row_block_size(cols, _row_element_bytes(region))
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
                 shared = 32 * 8
             # an empty row still runs its (guarded, empty) column loop once: the
