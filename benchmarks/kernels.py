@@ -23,8 +23,8 @@ host enqueue time per call reached the GPU time (dispatch-bound). A device copy 
 Programs: every ``graphs/*.mlir`` (row programs at 8192×4096, softmax over
 axis 0 at 64×524288, attention 512×128×64, the MLP block 8192×256→1024→256,
 static-shape graphs rewritten to 8192×4096 where that is a plain rename, and
-``all_ops`` at its own 4×8), bf16 and f16 versions of the row programs (the
-element type rewritten in the text), and square matmuls 1024³…8192³ in
+``all_ops`` at its own 4×8), bf16 and f16 versions of the row programs and the MLP
+block (the element type rewritten in the text), and square matmuls 1024³…8192³ in
 f32/bf16/f16. GB/s counts every input read and every output written once;
 TFLOP/s counts 2·M·N·K per matmul.
 
@@ -64,9 +64,10 @@ sys.path.insert(0, ROOT)
 TOLERANCE = {"f32": 1e-4, "f16": 4e-3, "bf16": 3e-2}
 """Largest accepted max |accy − ref| / max |ref| per element type (f32 ref)."""
 ROWS, COLS = 8192, 4096
-ROW_PROGRAMS = ("bias_gelu", "dynamic", "elementwise_chain", "gelu_tanh", "layernorm",
-                "reductions", "residual_norm", "rmsnorm", "softmax", "softmax_axis0")
-"""The graphs also measured in bf16 and f16."""
+HALF_PROGRAMS = ("bias_gelu", "dynamic", "elementwise_chain", "gelu_tanh", "layernorm",
+                 "mlp", "reductions", "residual_norm", "rmsnorm", "softmax", "softmax_axis0")
+"""The graphs also measured in bf16 and f16 (the row programs, and the MLP block, whose
+matmuls then run on tensor cores)."""
 GRAPH_SETUP: dict[str, dict[str, Any]] = {
     "softmax_axis0": {"cols": 524288},
     "attention": {"rows": 512},
@@ -109,7 +110,7 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
             text = f.read()
         for old, new in setup.get("rename", []):
             text = text.replace(old, new)
-        elements = ("f32", "bf16", "f16") if name in ROW_PROGRAMS else ("f32",)
+        elements = ("f32", "bf16", "f16") if name in HALF_PROGRAMS else ("f32",)
         for el in elements:
             out.append({"name": name if el == "f32" else f"{name}_{el}", "graph": name,
                         "text": with_element(text, el), "element": el, "kind": "graph",

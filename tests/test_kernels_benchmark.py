@@ -51,6 +51,6 @@ def test_a_bad_option_is_a_usage_error_before_the_run(capsys, kernels):
 
 
 def test_a_good_option_is_kept_for_every_fragment(capsys, kernels):
-    kernels.main(["--option", "kernel.block_size=128", "--list", "--only", "mlp"])
-    assert capsys.readouterr().out.split() == ["mlp"]
+    kernels.main(["--option", "kernel.block_size=128", "--list", "--only", "attention"])
+    assert capsys.readouterr().out.split() == ["attention"]
     assert kernels.OPTIONS == ["kernel.block_size=128"]

@@ -850,6 +850,12 @@ HEAVY_OPS = frozenset({"exp", "log", "tanh", "erf", "erfc", "sigmoid", "sin", "c
 """Epilogue ops whose inlined code is long (a libdevice function, a division)."""
 
 
+WGMMA_STAGED_PAD = 4
+"""Floats of padding after each staged accumulator row (:func:`emit_wgmma`): the row
+pitch is then 16 bytes off a multiple of 128, so a warp's fragment stores (8 rows × 4
+column pairs) spread over all banks, and a row's float4 reads stay aligned."""
+
+
 def _heavy_epilogue(k: KernelFuncOp) -> bool:
     """Whether the kernel's fused ops include a :data:`HEAVY_OPS` one."""
     return any(op.op_name.split(".", 1)[-1] in HEAVY_OPS for op in k.body.ops)
@@ -1095,16 +1101,39 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _wgmma_call(instr: str, acc: list[str], da: str) -> str:
+def _wgmma_call(instr: str, acc: str, n_acc: int, da: str) -> str:
     """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into the accumulators
-    ``acc``: A K-major, B N-major (transposed: the ``[K, N]`` row-major operand),
-    accumulating."""
-    n_acc = len(acc)
-    regs = ",".join(f"%{i}" for i in range(n_acc))
-    outs = ", ".join(f'"+f"({a})' for a in acc)
-    return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n_acc + 2}, 0;\\n'
-            f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %{n_acc}, %{n_acc + 1}, '
-            f'p, 1, 1, 0, 1;\\n}}\\n" : {outs} : "l"({da}), "l"(db), "r"(1));')
+    ``acc0 … acc<n_acc - 1>``: A K-major, B N-major (transposed: the ``[K, N]``
+    row-major operand), accumulating.
+
+    The accumulators are PTX registers of the kernel's own (:func:`_wgmma_registers`),
+    not operands: NVVM's time on an ``asm`` statement grows faster than its operand
+    count, and 128 ``"+f"`` operands on each of a stage's four statements were most of a
+    wgmma unit's compile time (RESULTS.md, Kernels, twelfth session)."""
+    regs = ", ".join(f"{acc}{i}" for i in range(n_acc))
+    return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %2, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %0, %1, '
+            f'p, 1, 1, 0, 1;\\n}}\\n" :: "l"({da}), "l"(db), "r"(1) : "memory");')
+
+
+def _wgmma_registers(acc: str, n_acc: int) -> list[str]:
+    """The statements that declare the f32 registers ``acc0 …`` at the kernel's top
+    (before any branch, so the declaration precedes every use in the PTX) and zero
+    them; a name without ``%`` is a plain PTX identifier."""
+    zero = "".join(f"mov.b32 {acc}{i}, 0;\\n" for i in range(n_acc))
+    return [f'asm volatile(".reg .f32 {acc}<{n_acc}>;\\n{zero}");']
+
+
+def _wgmma_results(acc: str, n_acc: int, dest: str) -> list[str]:
+    """``dest[i] = acc<i>`` for every accumulator (after ``wgmma.wait_group 0``), eight
+    moves a statement (few operands a statement, as :func:`_wgmma_call` explains)."""
+    out = []
+    for lo in range(0, n_acc, 8):
+        idx = range(lo, min(lo + 8, n_acc))
+        moves = "".join(f"mov.b32 %{q}, {acc}{i};\\n" for q, i in enumerate(idx))
+        outs = ", ".join(f'"=f"({dest}[{i}])' for i in idx)
+        out.append(f'asm volatile("{moves}" : {outs});')
+    return out
 
 
 def _tma_load(dst: str, tmap: str, x: str, y: str) -> str:
@@ -1131,7 +1160,14 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     16-byte chunk ``c`` of row ``r`` at ``c ^ (r % 8)``: the TMA's 128-byte swizzle),
     B N-major (64 rows × 128 bytes a slab, the same swizzle). Then the epilogue at
     every accumulator's (m, n) (per 8 columns, the ``mma.sync`` C-fragment layout, two
-    adjacent columns together: :func:`_fragment_epilogue`).
+    adjacent columns together: :func:`_fragment_epilogue`) — or, where its fused ops
+    are :data:`HEAVY_OPS` and the tile fits the stage buffers, *staged*: once every
+    consumer is past its last wgmma (named barrier 1), each writes its accumulators to
+    the stage buffers (rows :data:`WGMMA_STAGED_PAD` floats apart) and runs the epilogue
+    in one loop over its rows, four adjacent columns an iteration (coalesced loads and
+    stores), unrolled twice. Unrolled over a thread's 64 accumulator pairs, a gelu
+    epilogue was most of the bf16 MLP unit's NVRTC time; in the loop it is compiled
+    twice (once, the kernel ran 3 % slower on the H200).
     """
     ins, outs, params = _params(k)
     plan = k.plan
@@ -1146,6 +1182,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     a_bytes, b_bytes = tm * tk * 2, tk * tn * 2
     stage = a_bytes + b_bytes
     n_acc = tn // 2
+    acc = [f"accy_d{mt}_" for mt in range(per)]  # a thread's accumulators of each slice
     # No setmaxnreg: 128 accumulators a thread fit the 168 registers 384 threads allow, and
     # on the H200 moving registers to the consumers gave wrong f16 results whenever the K
     # loop was unrolled whole (K of 128 or 256: the diagnosis is in RESULTS.md)
@@ -1163,6 +1200,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              "  const long long bz = blockIdx.z;"]
     pre, bnames = _batch_prologue(batch_shape)
     lines += pre
+    for name in acc:
+        lines += ["  " + x for x in _wgmma_registers(name, n_acc)]
     lines += [f"  const int kts = {k_ // tk};",
               "  if (tid == 0) {",
               f"    for (int s = 0; s < {st}; ++s) {{",
@@ -1178,6 +1217,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    if (tid == 0) {",
               "      const unsigned long long ta = reinterpret_cast<unsigned long long>(&tmap0);",
               "      const unsigned long long tb = reinterpret_cast<unsigned long long>(&tmap1);",
+              "      #pragma unroll 1",
               "      for (int kt = 0; kt < kts; ++kt) {",
               f"        const int s = kt % {st};",
               f"        const unsigned full = bars + 8 * s, empty = bars + 8 * ({st} + s);",
@@ -1194,13 +1234,12 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "    }",
               "  } else {  // a consumer",
               "    const int cw = wg - 1;"]
-    # The main loop's accumulators are scalars and its k-steps are spelled unrolled: the
-    # wgmma operands are then no array elements for NVRTC to split into registers, which
-    # cost about a tenth of the unit's compile time for the same SASS (RESULTS.md,
-    # Kernels, eighth session)
-    acc = [[f"d{mt}_{i}" for i in range(n_acc)] for mt in range(per)]
-    lines += [f"    float {', '.join(f'{d} = 0.0f' for d in row)};" for row in acc]
-    lines += ["    for (int kt = 0; kt < kts; ++kt) {",
+    # a stage's k-steps are spelled unrolled, each wgmma naming its accumulators as the
+    # kernel's own PTX registers (declared and zeroed at its top: _wgmma_registers)
+    # the k-tile loop rolled: NVVM unrolled a short one whole (K of 256: 4 k-tiles, 16
+    # wgmma statements), which doubled the unit's compile time for the same work
+    lines += ["    #pragma unroll 1",
+              "    for (int kt = 0; kt < kts; ++kt) {",
               f"      const int s = kt % {st};",
               f"      accy_mbar_wait(bars + 8 * s, (kt / {st}) & 1);",
               f"      const unsigned a = base + s * {stage}, b = a + {a_bytes};",
@@ -1212,7 +1251,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         for mt in range(per):
             lines += [f"        const unsigned long long da{mt} = accy_wgmma_desc(a + (cw * {per} "
                       f"+ {mt}) * 8192 + {j * 32}, 16, 1024);",
-                      "        " + _wgmma_call(plan.mma, acc[mt], f"da{mt}")]
+                      "        " + _wgmma_call(plan.mma, acc[mt], n_acc, f"da{mt}")]
         lines.append("      }")
     lines += ["      asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
               "      asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
@@ -1221,22 +1260,40 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
               "    }",
               "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
-    # the accumulators are written asynchronously, behind the compiler's back: a
-    # volatile asm that redefines them after the wait keeps the epilogue's reads after
-    # it (as CUTLASS fences its accumulator operands)
-    lines += ["    asm volatile(\"\" : " + ", ".join(f'"+f"({d})' for d in row)
-              + " :: \"memory\");" for row in acc]
-    # the epilogue loops over them as an array (a loop, not its unrolled text: a fused
-    # epilogue spelled out for each pair made the bf16 MLP's unit 8x longer and slower
-    # to compile)
-    lines.append(f"    float d[{per}][{n_acc}] = {{"
-                 + ", ".join("{" + ", ".join(row) + "}" for row in acc) + "};")
+    # the accumulators to C variables for the epilogue, which loops over them as an
+    # array (a loop, not its unrolled text: a fused epilogue spelled out for each pair
+    # made the bf16 MLP's unit 8x longer and slower to compile)
+    lines.append(f"    float d[{per}][{n_acc}];")
+    for mt in range(per):
+        lines += ["    " + x for x in _wgmma_results(acc[mt], n_acc, f"d[{mt}]")]
     # warp wq of the consumer holds rows 16·wq … of its 64-row slices
-    lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
-                                f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
-                                lambda h: f"d[mt][4 * j + {h}]",
-                                lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames), raw,
-                                                           el), "    ")
+    rows = f"(cw * {per} + mt) * 64 + wq * 16"
+    pitch = tn + WGMMA_STAGED_PAD
+    if _heavy_epilogue(k) and tm * pitch * 4 <= st * stage:
+        # staged: every consumer's tile to the (drained) stage buffers, then one loop
+        # over it, four adjacent columns an iteration
+        lines += [f"    asm volatile(\"bar.sync 1, {consumers * 128};\" ::: \"memory\");",
+                  "    float* const tile = reinterpret_cast<float*>(smem_raw + (base - (unsigned)"
+                  "__cvta_generic_to_shared(smem_raw)));"]
+        lines += _fragment_epilogue(
+            [("mt", per), ("j", tn // 8)], rows, "j * 8", lambda h: f"d[mt][4 * j + {h}]",
+            lambda raw: [f"*reinterpret_cast<float2*>(tile + (m - m0) * {pitch} + (n - n0)) "
+                         f"= make_float2({raw[0]}, {raw[1]});"], "    ")
+        lines += ["    asm volatile(\"bar.sync %0, 128;\" :: \"r\"(2 + cw) : \"memory\");",
+                  "    #pragma unroll 2",
+                  f"    for (int e = tid & 127; e < {per * 64 * tn // 4}; e += 128) {{",
+                  f"      const int r = cw * {per * 64} + e / {tn // 4}, c = e % {tn // 4} * 4;",
+                  "      const long long m = m0 + r, n = n0 + c;",
+                  f"      const float4 q = *reinterpret_cast<const float4*>(tile + r * {pitch} "
+                  "+ c);",
+                  *("      " + x for x in _lane_epilogue(k, b, mm, outs, tuple(bnames),
+                                                          ["q.x", "q.y", "q.z", "q.w"], el)),
+                  "    }"]
+    else:
+        lines += _fragment_epilogue([("mt", per), ("j", tn // 8)], rows, "j * 8",
+                                    lambda h: f"d[mt][4 * j + {h}]",
+                                    lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames),
+                                                               raw, el), "    ")
     lines += ["  }", "}"]
     return "\n".join(lines), b.tables
 

@@ -145,7 +145,8 @@ def test_every_graph_in_half_precision_compiles(element: str, name: str) -> None
 
 
 def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
-           epilogue: bool = False):  # type: ignore[no-untyped-def]
+           epilogue: bool = False, op: str = "relu"):  # type: ignore[no-untyped-def]
+    """``a @ b``, or with ``epilogue`` ``op(a @ b + bias)`` (a row vector of n)."""
     from stage_programs import program
 
     pre = "".join(f"{d}x" for d in batch)
@@ -155,7 +156,7 @@ def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
     body = f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
     if epilogue:
         body += (f'    %1 = "semantic.add"(%0, %a2) : ({c}, {v}) -> {c}\n'
-                 f'    %2 = "semantic.relu"(%1) : ({c}) -> {c}\n'
+                 f'    %2 = "semantic.{op}"(%1) : ({c}) -> {c}\n'
                  f'    "func.return"(%2) : ({c}) -> ()')
         return program([a, b, v], [c], body)
     return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
@@ -218,10 +219,16 @@ def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
     assert "extern __shared__ unsigned char smem_raw[];" in text
     for j in range(4):  # B: 64-column slabs, the k-steps of a stage spelled unrolled
         assert f"accy_wgmma_desc(b + {j * 2048}, 8192, 1024)" in text
-    # the main loop's accumulators are scalars (no array elements as wgmma operands); the
-    # epilogue reads them as an array
-    assert "float d0_0 = 0.0f, d0_1 = 0.0f" in text and "d0_63" in text and "d0_64" not in text
-    assert "float d[1][64] = {{d0_0, d0_1," in text and '"+f"(d[' not in text
+    # the accumulators are PTX registers of the kernel's own, declared and zeroed before
+    # any branch, named in each wgmma (whose only operands are the descriptors and the
+    # scale), and moved to the epilogue's array eight a statement after the last wait
+    head = text[:text.index("if (tid == 0)")]
+    assert ".reg .f32 accy_d0_<64>;" in head and "mov.b32 accy_d0_63, 0;" in head
+    assert "accy_d0_0, accy_d0_1, " in text and "accy_d0_63}, %0, %1, p" in text
+    assert '"+f"' not in text
+    tail = text[text.index("wgmma.wait_group.sync.aligned 0;"):]
+    assert tail.count('asm volatile("mov.b32 %0, accy_d0_') == 8
+    assert 'mov.b32 %7, accy_d0_63;\\n" : "=f"(d[0][56]),' in tail
     assert "wgmma.wait_group.sync.aligned 1;" in text
     assert text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == 2  # A, B slabs
     assert "mbarrier.try_wait.parity.shared::cta.b64" in text
@@ -251,10 +258,10 @@ def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore
     n = 256 if "kernel.wgmma_tile_n=256" in opts else 128
     per = 2 if "kernel.wgmma_tile_m=256" in opts else 1
     assert f"m64n{n}k16" in text and text.count(f"m64n{n}k16") == 4 * per  # k-steps × slices
-    for mt in range(per):  # each 64-row slice: n/2 scalar accumulators a thread
-        assert f"float d{mt}_0 = 0.0f" in text and f"d{mt}_{n // 2 - 1} = 0.0f" in text
-        assert f"d{mt}_{n // 2} " not in text
-    assert f"d{per}_0" not in text
+    for mt in range(per):  # each 64-row slice: n/2 accumulator registers a thread
+        assert f".reg .f32 accy_d{mt}_<{n // 2}>;" in text
+        assert f"accy_d{mt}_{n // 2 - 1}}}, %0, %1, p" in text
+    assert f"accy_d{per}_" not in text
     assert "setmaxnreg" not in text  # wrong f16 results on the H200 with unrolled K loops
     assert "(int)bz * 256 + m0" in text and "(int)bz * 192 + kt * 64" in text  # batch 2
     launch = dict(job.module.attributes["target.launches"].values[0].entries)

@@ -15,6 +15,7 @@ half).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -78,10 +79,20 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
     else:
         per, tn = plan.warps[1], plan.tile[1]
         prologue = "\n".join(line for line in rest[:rest.index("  const int kts")].splitlines()
-                             if "smem_raw" not in line and "bars" not in line) + "\n"
-        # after the array the epilogue reads the (scalar) accumulators from
-        start = rest.index(f"    float d[{per}][{tn // 2}] = {{")
+                             if "smem_raw" not in line and "bars" not in line
+                             and "accy_d" not in line) + "\n"
+        # the epilogue starts after the moves of the accumulator registers to its array; a
+        # staged one's barriers are the consumers' (named: the prelude's) and its tile the
+        # shim's shared memory
+        start = rest.rindex('asm volatile("mov.b32 %')
         epilogue = rest[rest.index("\n", start) + 1:]
+        epilogue = re.sub(r'asm volatile\("bar\.sync 1, \d+;" ::: "memory"\);',
+                          "accy_named_sync(1);", epilogue)
+        epilogue = epilogue.replace(
+            'asm volatile("bar.sync %0, 128;" :: "r"(2 + cw) : "memory");',
+            "accy_named_sync(2 + cw);")
+        epilogue = re.sub(r"float\* const tile = .*;", "float* const tile = accy_smem;",
+                          epilogue)
         row, col = f"(cw * {per} + (I)) * 64 + wq * 16", "(J) * 8"
         acc_lines = ["  if (wg == 0) return;",
                      "  {",
@@ -90,7 +101,13 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
                      f"    for (int mt = 0; mt < {per}; ++mt) for (int j = 0; j < {tn // 8}; ++j)",
                      "      for (int h = 0; h < 4; ++h) d[mt][4 * j + h] = ACC(mt, j, h);"]
     m, n = plan.grid[1] * plan.tile[0], plan.grid[0] * plan.tile[1]
-    acc = (f"#define ACC(I, J, H) accsrc[(bz * {m} + m0 + {row} + (lane >> 2) + ((H) >> 1) * 8)"
+    consumers = plan.warps[0] if plan.mapping == "wgmma-tiled" else 0
+    named = "".join(f"static std::barrier<> accy_named_{i}({consumers * 128 if i == 1 else 128});\n"
+                    for i in range(1, consumers + 2))
+    named += ("static void accy_named_sync(int id) {\n  std::barrier<>* bars[] = {"
+              + ", ".join(["nullptr"] + [f"&accy_named_{i}" for i in range(1, consumers + 2)])
+              + "};\n  bars[id]->arrive_and_wait();\n}\n") if consumers else ""
+    acc = named + (f"#define ACC(I, J, H) accsrc[(bz * {m} + m0 + {row} + (lane >> 2) + ((H) >> 1) * 8)"
            f" * {n} + n0 + {col} + (lane & 3) * 2 + ((H) & 1)]")
     text = "\n".join([f'extern "C" __global__ void epi({params}) {{', *casts,
                       f"  const float* accsrc = p{len(decls)};", prologue.rstrip("\n"),
@@ -145,10 +162,31 @@ def test_a_batched_fragment_epilogue_finds_each_batch() -> None:
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@needs_cxx
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["one", "batched"])
+def test_a_heavy_warpgroup_epilogue_runs_staged_as_the_reference(
+        element: str, batch: tuple[int, ...]) -> None:
+    """A sigmoid in the epilogue: the accumulators go through shared memory to one
+    loop of four columns an iteration (below: the tile's 128 rows by 256 columns
+    of two consumers). Each output is the reference's value or one of its neighbours in
+    the element type (the shim's ``expf`` is the host's)."""
+    sm = matmul(128, 256, 64, element, batch, True, op="sigmoid")
+    text = target_job(sm, {}).module.attributes["target.source"].value
+    assert "bar.sync 1, 256;" in text and "#pragma unroll 2" in text
+    assert text.count("expf(") == 4  # the loop's four lanes, not one a fragment pair
+    got, want = run_epilogue(sm, HOPPER, (), element)
+    ulp = 2.0 ** -7 if element == "bf16" else 2.0 ** -10
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=ulp, atol=0)
+
+
 def test_the_mlp_block_in_bf16_packs_its_epilogue_pairs() -> None:
     """Both matmuls of the bf16 MLP block: gelu's and the bias's results rounded per
-    element, then a pair of columns one 32-bit store."""
+    element, then packed — the gelu kernel's staged loop stores four columns as two
+    words, the bias kernel a fragment's pair of columns as one."""
     job = target_job(graph("mlp", "bf16"), {0: (4096, 256)})
     text = job.module.attributes["target.source"].value
-    assert text.count("= accy_pack_bf2(") == 2
+    assert text.count("= make_uint2(accy_pack_bf2(") == 1
+    assert text.count("= accy_pack_bf2(") == 1
     assert "accy_f2bf(accv" not in text
