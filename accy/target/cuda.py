@@ -1116,12 +1116,12 @@ def _wgmma_call(instr: str, acc: str, n_acc: int, da: str) -> str:
             f'p, 1, 1, 0, 1;\\n}}\\n" :: "l"({da}), "l"(db), "r"(1) : "memory");')
 
 
-def _wgmma_registers(acc: str, n_acc: int) -> list[str]:
-    """The statements that declare the f32 registers ``acc0 …`` at the kernel's top
-    (before any branch, so the declaration precedes every use in the PTX) and zero
+def _wgmma_registers(acc: str, n_acc: int) -> str:
+    """The statement that declares the f32 registers ``acc0 …`` at the kernel's top
+    (before any branch, so the declaration precedes every use in the PTX) and zeroes
     them; a name without ``%`` is a plain PTX identifier."""
     zero = "".join(f"mov.b32 {acc}{i}, 0;\\n" for i in range(n_acc))
-    return [f'asm volatile(".reg .f32 {acc}<{n_acc}>;\\n{zero}");']
+    return f'asm volatile(".reg .f32 {acc}<{n_acc}>;\\n{zero}");'
 
 
 def _wgmma_results(acc: str, n_acc: int, dest: str) -> list[str]:
@@ -1200,8 +1200,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              "  const long long bz = blockIdx.z;"]
     pre, bnames = _batch_prologue(batch_shape)
     lines += pre
-    for name in acc:
-        lines += ["  " + x for x in _wgmma_registers(name, n_acc)]
+    lines += ["  " + _wgmma_registers(name, n_acc) for name in acc]
     lines += [f"  const int kts = {k_ // tk};",
               "  if (tid == 0) {",
               f"    for (int s = 0; s < {st}; ++s) {{",
@@ -1235,8 +1234,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               "  } else {  // a consumer",
               "    const int cw = wg - 1;"]
     # a stage's k-steps are spelled unrolled, each wgmma naming its accumulators as the
-    # kernel's own PTX registers (declared and zeroed at its top: _wgmma_registers)
-    # the k-tile loop rolled: NVVM unrolled a short one whole (K of 256: 4 k-tiles, 16
+    # kernel's own PTX registers (declared and zeroed at its top: _wgmma_registers); the
+    # k-tile loop is rolled: NVVM unrolled a short one whole (K of 256: 4 k-tiles, 16
     # wgmma statements), which doubled the unit's compile time for the same work
     lines += ["    #pragma unroll 1",
               "    for (int kt = 0; kt < kts; ++kt) {",
@@ -1266,8 +1265,12 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     lines.append(f"    float d[{per}][{n_acc}];")
     for mt in range(per):
         lines += ["    " + x for x in _wgmma_results(acc[mt], n_acc, f"d[{mt}]")]
-    # warp wq of the consumer holds rows 16·wq … of its 64-row slices
-    rows = f"(cw * {per} + mt) * 64 + wq * 16"
+    def fragments(epilogue: Callable[[list[str]], list[str]]) -> list[str]:
+        # warp wq of the consumer holds rows 16·wq … of its 64-row slices
+        return _fragment_epilogue([("mt", per), ("j", tn // 8)],
+                                  f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
+                                  lambda h: f"d[mt][4 * j + {h}]", epilogue, "    ")
+
     pitch = tn + WGMMA_STAGED_PAD
     if _heavy_epilogue(k) and tm * pitch * 4 <= st * stage:
         # staged: every consumer's tile to the (drained) stage buffers, then one loop
@@ -1275,10 +1278,9 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         lines += [f"    asm volatile(\"bar.sync 1, {consumers * 128};\" ::: \"memory\");",
                   "    float* const tile = reinterpret_cast<float*>(smem_raw + (base - (unsigned)"
                   "__cvta_generic_to_shared(smem_raw)));"]
-        lines += _fragment_epilogue(
-            [("mt", per), ("j", tn // 8)], rows, "j * 8", lambda h: f"d[mt][4 * j + {h}]",
-            lambda raw: [f"*reinterpret_cast<float2*>(tile + (m - m0) * {pitch} + (n - n0)) "
-                         f"= make_float2({raw[0]}, {raw[1]});"], "    ")
+        lines += fragments(lambda raw: [
+            f"*reinterpret_cast<float2*>(tile + (m - m0) * {pitch} + (n - n0)) = "
+            f"make_float2({raw[0]}, {raw[1]});"])
         lines += ["    asm volatile(\"bar.sync %0, 128;\" :: \"r\"(2 + cw) : \"memory\");",
                   "    #pragma unroll 2",
                   f"    for (int e = tid & 127; e < {per * 64 * tn // 4}; e += 128) {{",
@@ -1290,10 +1292,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                                                           ["q.x", "q.y", "q.z", "q.w"], el)),
                   "    }"]
     else:
-        lines += _fragment_epilogue([("mt", per), ("j", tn // 8)], rows, "j * 8",
-                                    lambda h: f"d[mt][4 * j + {h}]",
-                                    lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames),
-                                                               raw, el), "    ")
+        lines += fragments(lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames), raw, el))
     lines += ["  }", "}"]
     return "\n".join(lines), b.tables
 
