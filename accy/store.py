@@ -508,7 +508,7 @@ class ArtifactStore:
         """The verified entry at ``key``'s path and ``"ok"``, or None and why not."""
         path = self._path(key)
         try:
-            blob = bytes(self.fs.cat_file(path))
+            blob = self._read_bytes(path)
         except (FileNotFoundError, NotADirectoryError):
             return None, "absent"
         except (IsADirectoryError, OSError) as e:
@@ -518,6 +518,14 @@ class ArtifactStore:
         if entry is None and why == "corrupt":
             self._remove(key, path)
         return entry, why
+
+    def _read_bytes(self, path: str) -> bytes:
+        """The file's bytes; on a local store one ``open`` (a miss through fsspec's file
+        object cost 4x as much, and a batch misses every stage it runs)."""
+        if self._local:
+            with open(path, "rb") as f:
+                return f.read()
+        return bytes(self.fs.cat_file(path))
 
     def get(self, key: str, kind: str | None = None) -> bytes | None:
         """The payload stored under ``key``, or None.

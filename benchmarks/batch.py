@@ -160,12 +160,31 @@ def cold_workers(client: Any) -> None:
     client.run(forget_binaries)
 
 
-def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> dict[str, Any]:
+POOL_GC = [False]
+"""``--pool-gc``: the pool's processes take accy's worker GC policy too
+(:func:`accy.distributed.tune_worker_gc`), to show what of the ratio is that policy."""
+
+
+def _pool_init() -> None:
+    if POOL_GC[0]:
+        from accy.distributed import tune_worker_gc
+
+        tune_worker_gc()
+
+
+def make_pool(workers: int) -> Any:
+    """The peer: a spawn process pool of ``workers`` (with ``--pool-gc``, each process
+    under accy's worker GC policy)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_pool_init if POOL_GC[0] else None)
+
+
+def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with make_pool(workers) as pool:
         list(pool.map(pool_refresh, _items(warm)))
         for name, vs in sets.items():
             wall, compiles = pool_pass(pool, vs)
@@ -397,9 +416,6 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     each repeat has fresh variant sets (shapes no earlier repeat used, so nothing is
     reused from it) and a fresh store. On a shared machine a slow spell then lands on
     both sides, and the ratio comes per repeat, with its min / median / max."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     from distributed import Client
 
     from accy.distributed.batch import run_batch
@@ -409,8 +425,7 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     warm = distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
     reps: list[dict[str, Any]] = []
     with local_cluster(workers, scheduler_process=own_scheduler) as cluster, \
-            Client(cluster) as client, \
-            ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            Client(cluster) as client, make_pool(workers) as pool:
         client.wait_for_workers(workers)
         run_batch(client, warm, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
         list(pool.map(pool_refresh, _items(warm)))
@@ -580,6 +595,8 @@ def main() -> None:
     ap.add_argument("--big-limit", type=int, default=None,
                     help="only the first N variants of the big sweep (a smoke test)")
     ap.add_argument("--no-pool", action="store_true")
+    ap.add_argument("--pool-gc", action="store_true",
+                    help="run the pool's processes under accy's worker GC policy too")
     ap.add_argument("--scheduler-in-client", action="store_true",
                     help="accy's cluster with its scheduler on the client's event loop "
                          "(as a LocalCluster runs it) instead of a process of its own")
@@ -597,6 +614,7 @@ def main() -> None:
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
     STREAM[0] = args.stream
+    POOL_GC[0] = args.pool_gc
     tgt = _tgt(args.target)
     own = not args.scheduler_in_client
     if args.big_child:
@@ -605,6 +623,7 @@ def main() -> None:
     sets = {"distinct": distinct_variants(args.variants, tgt),
             "shared": shared_variants(args.shared or args.variants, tgt)}
     out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
+                           "pool_gc": args.pool_gc,
                            "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
     for w in args.workers if args.repeats else []:
         out.setdefault("interleaved", []).append(

@@ -576,7 +576,7 @@ def test_an_unreadable_entry_is_a_counted_miss_and_kept(tmp_path, monkeypatch):
     def denied(path: str, *args: object, **kw: object) -> bytes:
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr(store.fs, "cat_file", denied)
+    monkeypatch.setattr(store, "_read_bytes", denied)
     assert store.get(key(1)) is None
     assert store.stats()["read_errors"] == 1 and store.stats()["misses"] == 1
     monkeypatch.undo()

@@ -60,7 +60,8 @@ _SUBMODULES = ("serialize", "plugin", "state")
 
 __all__ = [
     "PRELOAD", "dask_setup", "ensure_plugin", "local_cluster_kwargs", "SerializersPlugin",
-    "batch_cluster_config", "default_workers", "gpu_visible",
+    "batch_cluster_config", "default_workers", "gpu_visible", "tune_worker_gc",
+    "WORKER_GC_THRESHOLDS",
     "ArtifactStore", "default_store_url", "Variant", "load_sweep", "load_sweeps",
     "AccyCachePlugin", "get_plugin", "fetch_state", "publish", "publish_with_merge",
     "touch", "unpin",
@@ -84,9 +85,11 @@ def dask_setup(dask_server: Any) -> None:
     Idempotent: preloading twice (or into a scheduler that already has the
     plugin) changes nothing.
     """
-    from distributed import Scheduler
+    from distributed import Scheduler, Worker
 
     serialize.register()
+    if isinstance(dask_server, Worker) and _own_process():
+        tune_worker_gc()
     if isinstance(dask_server, Scheduler):
         from accy.dashboard.plugin import StageDashboardPlugin
         from accy.distributed.plugin import PLUGIN_NAME, AccyCachePlugin
@@ -96,6 +99,55 @@ def dask_setup(dask_server: Any) -> None:
         if PLUGIN_NAME not in dask_server.plugins:
             dask_server.add_plugin(AccyCachePlugin(), name=PLUGIN_NAME)
         dask_server.add_plugin(StageDashboardPlugin(cache_plugin=PLUGIN_NAME), idempotent=True)
+
+
+WORKER_GC_THRESHOLDS = (20_000, 20, 20)
+"""The garbage collector's thresholds in a worker process of accy's (Python's default:
+``(700, 10, 10)``), after everything the worker imported at its start is frozen
+(``gc.freeze``: collections no longer walk it). Dask config ``accy.worker-gc``: three
+thresholds, or ``false`` to leave the collector alone.
+
+A stage run allocates hundreds of thousands of short-lived IR objects; under the
+default thresholds the collector ran every 700 of them over everything a Dask worker
+holds. In one process on the 2-core machine (96 distinct CUDA variants, binaries warm,
+the six stages and the store; RESULTS.md, batch, thirteenth session) the collector
+was about 12 % of the CPU a variant takes. The IR's reference cycles (an op and its
+blocks) are still collected, later and in larger gulps: gen0 holds a few MB more."""
+
+
+def _own_process() -> bool:
+    """Whether this process is a worker's own (a nanny started it), not a process that
+    runs an in-process cluster beside other work (a test, a notebook): only then does
+    accy set its process-wide GC policy."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
+
+
+def tune_worker_gc() -> tuple[int, ...] | None:
+    """Apply :data:`WORKER_GC_THRESHOLDS` (or Dask config ``accy.worker-gc``) to this
+    process: freeze what is alive, then raise the thresholds. Returns the thresholds
+    set, or None when the config says ``false``."""
+    import gc
+
+    import dask.config
+
+    value = dask.config.get("accy.worker-gc", WORKER_GC_THRESHOLDS)
+    if value is False or value is None or str(value).lower() in ("false", "off", "no"):
+        return None
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    try:
+        thresholds = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        thresholds = ()
+    if len(thresholds) != 3 or min(thresholds) < 1:
+        raise ValueError(f"accy.worker-gc takes three positive thresholds or false, "
+                         f"not {value!r}")
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds)
+    return thresholds
 
 
 def local_cluster_kwargs() -> dict[str, Any]:

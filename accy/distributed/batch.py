@@ -560,6 +560,9 @@ def _batches(finished: Any, lost: Any) -> Any:
     watchdog) ends the wait: one :class:`ClusterLost`, never a wait without bound."""
     from accy.distributed.graph import no_workers_wait
 
+    # as_completed notifies this condition as each future lands (its own __next__ waits
+    # on it): woken at once, not up to a 10 ms poll after the last result
+    arrived = getattr(finished, "thread_condition", None)
     while not finished.is_empty():
         if finished.has_ready():
             yield finished.next_batch(block=False)
@@ -567,6 +570,10 @@ def _batches(finished: Any, lost: Any) -> Any:
             raise ClusterLost(f"the cluster had no workers for {no_workers_wait():g} s (all "
                               f"lost, or the scheduler is gone); {finished.count()} "
                               f"variant(s) of the batch had not finished")
+        elif arrived is not None:
+            with arrived:
+                if not finished.has_ready():
+                    arrived.wait(timeout=0.05)
         else:
             time.sleep(0.01)
 

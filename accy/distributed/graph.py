@@ -329,7 +329,9 @@ class ChainResult:
         if store_url is None or self.kind != "fragment" or "compile" not in self.receipts:
             return self
         compiled = self._result
-        if compiled is not None and not _store_holds(store_url, compiled.key.hex):
+        # compile_group marks what it read from or wrote to the store (no read-back)
+        if compiled is not None and compiled.meta.get("stored") != store_url \
+                and not _store_holds(store_url, compiled.key.hex):
             return self
         out = ChainResult(self.receipts, compiled, self.load, "stored-fragment")
         out.receipts = dict(self.receipts, compile=dict(self.receipts["compile"],
@@ -454,6 +456,7 @@ def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
         if stored is not None:
             stored.elapsed_ns = time.perf_counter_ns() - t0
             stored.meta["origin"] = "store"
+            stored.meta["stored"] = store_url
             out[i] = stored
         else:
             todo.append((i, job, key))
@@ -464,7 +467,8 @@ def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
             out[i] = StageFailed(str(got), "compile", "compile", "",
                                  getattr(got, "source_path", None))
         else:
-            write(store, key.hex, got.to_wire(), "fragment")
+            if store is not None and write(store, key.hex, got.to_wire(), "fragment") is None:
+                got.meta["stored"] = store_url
             out[i] = got
     return out
 

@@ -50,6 +50,12 @@ def test_the_scheduler_runs_in_its_own_process_with_accys_config_and_plugin(tmp_
         folder = cluster.scheduler.folder
         assert folder is not None and os.stat(folder).st_mode & 0o777 == 0o700
         client.wait_for_workers(2)
+        # each worker process runs under accy's GC policy (frozen start, higher thresholds)
+        from accy.distributed import WORKER_GC_THRESHOLDS
+
+        gcs = client.run(_gc_facts)
+        assert len(gcs) == 2 and all(t == list(WORKER_GC_THRESHOLDS) and frozen > 0
+                                     for t, frozen in gcs.values())
         # a batch through it: published there, so the second one reuses every stage
         v = Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (4, 8)}, {})
         first = run_batch(client, [v], store_url=str(tmp_path / "store"))
@@ -60,10 +66,18 @@ def test_the_scheduler_runs_in_its_own_process_with_accys_config_and_plugin(tmp_
     assert not os.path.exists(folder)
 
 
+def _gc_facts() -> tuple[list[int], int]:
+    import gc
+
+    return list(gc.get_threshold()), gc.get_freeze_count()
+
+
 def test_in_process_clusters_keep_the_scheduler_in_process():
+    before = _gc_facts()
     with local_cluster(2, devices=[], processes=False) as cluster:
         assert not isinstance(cluster.scheduler, SchedulerProcess)
         assert cluster.scheduler.plugins  # a Scheduler object of this process
+    assert _gc_facts() == before  # a process that only hosts workers keeps its GC policy
 
 
 def test_the_scheduler_process_goes_when_its_parent_is_killed(tmp_path):
