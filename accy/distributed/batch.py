@@ -297,9 +297,12 @@ class _Collector:
                               f"(last version seen: {self.version})")
 
 
-PUBLISH_INTERVAL_S = 0.2
+PUBLISH_INTERVAL_S = 0.05
 PUBLISH_GROUP = 512
-"""Finished variants are published at least this often / in groups of at most this many."""
+"""Finished variants are published at least this often / in groups of at most this many.
+The last publish of a batch is on its critical path and holds what finished since the
+one before: at 0.2 s, on the H200 at 15 workers, it held 152–280 variants and took
+30–147 ms of a 0.77–0.90 s batch (RESULTS.md, batch, thirteenth session)."""
 
 
 def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None = None,
@@ -364,10 +367,14 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     collector: _Collector | None = None
     pending: dict[Any, list[RefreshPlan]] = {}
     submitted: set[Any] = set()
-    first = max(1, threads) * grain if len(todo) > CHUNKED_ABOVE else len(todo)
-    for chunk in submission_chunks(todo, first, _prefix_of):
+    chunked = len(todo) > CHUNKED_ABOVE
+    first = max(1, threads) * grain if chunked else len(todo)
+    chunks = submission_chunks(todo, first, _prefix_of, tail=first if chunked else 0)
+    for n, chunk in enumerate(chunks):
+        # the last round's groups at half the grain: the workers finish closer together
+        last = chunked and n == len(chunks) - 1 and len(chunks) > 1
         collector, more, keys = _submit(client, chunk, store_url, fresh, finish, collector,
-                                        grain)
+                                        max(1, grain // 2) if last else grain)
         for key, plans in more.items():
             pending.setdefault(key, []).extend(plans)
         submitted |= keys
@@ -386,8 +393,8 @@ alike chains whole (on the 2-core machine chunks cost the shared sweep 1.69× ag
 2.00× the pool at 96 variants)."""
 
 
-def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], Any]) \
-        -> list[list[Any]]:
+def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], Any],
+                      tail: int = 0) -> list[list[Any]]:
     """``todo`` in the chunks a batch submits one after another: the first of about
     ``first`` variants (a compile group for every worker thread), each next one twice
     the last, so the cluster starts on the first while the client plans the rest (as
@@ -396,8 +403,15 @@ def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], A
     brought together, first appearance first, and never split: a stage run two
     variants share is in one graph, fused one way, with one receipt that ran it.
 
+    With ``tail``, the last chunk's final ``tail`` or so variants (whole prefixes) are a
+    chunk of their own: the batch submits that last round in smaller groups. On the
+    H200 at 15 workers the workers' last tasks ended 0.2–0.3 s apart, 4 groups of about
+    120 ms a worker (RESULTS.md, batch, thirteenth session).
+
     >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4)]
     [4, 8, 8]
+    >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4, tail=3)]
+    [4, 8, 4, 4]
     >>> submission_chunks([1, 2, 1, 2, 3], 2, lambda i: i)
     [[1, 1], [2, 2, 3]]
     """
@@ -414,6 +428,14 @@ def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], A
             chunk, size = [], size * 2
     if chunk:
         out.append(chunk)
+    if tail > 0 and len(out) > 1 and len(out[-1]) > tail:
+        last = out.pop()
+        cut = len(last)
+        while cut > 0 and len(last) - cut < tail:  # back over whole prefixes
+            p = prefix(last[cut - 1])
+            while cut > 0 and prefix(last[cut - 1]) == p:
+                cut -= 1
+        out += [last[:cut], last[cut:]] if cut > 0 else [last]
     return out
 
 

@@ -424,7 +424,8 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
                           path) from None
     except AccyError as e:
         raise StageFailed(str(e), stage_name, stage_name) from None
-    write(store, key.hex, result.to_wire(), stage_name)
+    if store is not None:
+        write(store, key.hex, result.to_wire(), stage_name)
     return result
 
 

@@ -130,7 +130,7 @@ class FragmentCompilerCache:
                                pass_stats={"compile": {"binary_bytes": len(compiled.binary),
                                                        "binary_reused": reused}},
                                warning=write(self.store, key.hex, compiled.to_wire(),
-                                             "fragment")))
+                                             "fragment") if self.store is not None else None))
         self._compiled[key.hex] = compiled
         return compiled
 

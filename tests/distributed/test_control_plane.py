@@ -418,8 +418,11 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     chunks: list[int] = []
     real = batch._submit
 
+    grains: list[int] = []
+
     def counted(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
         chunks.append(len(todo))
+        grains.append(args[-1])
         return real(client, todo, *args, **kwargs)
 
     monkeypatch.setattr(batch, "_submit", counted)
@@ -430,6 +433,8 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     result = run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert len(chunks) >= 2 and sum(chunks) == len(variants)
     assert all(n % 2 == 0 for n in chunks)  # a prefix's two variants never apart
+    # the last round goes out in groups of half the grain (the workers end together)
+    assert grains[-1] == max(1, grains[0] // 2) and set(grains[:-1]) == {grains[0]}
     assert [o.id for o in result.outcomes] == [v.id for v in variants]
     assert all(o.status == "ok" for o in result.outcomes)
     for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
