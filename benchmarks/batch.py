@@ -26,7 +26,8 @@ sizes × 3 vector widths × 2 fast-math) at the largest worker count: its time
 and the client's peak RSS, then the same sweep on a new cluster over the same
 (now warm) store, as a second ``accy batch --cache`` runs it. ``--profile DIR`` writes a cProfile of the client
 and Dask's statistical profiles of the scheduler and the workers for the
-distinct batch at the first worker count.
+distinct batch at the first worker count. ``--pool-gc`` runs the pool's processes
+under accy's worker GC policy too (:func:`accy.distributed.tune_worker_gc`).
 
     python3 benchmarks/batch.py --target host --workers 2 --variants 60
     python3 benchmarks/batch.py --target cuda --workers 1 8 15 --big   # on the GPU machine
