@@ -301,8 +301,9 @@ PUBLISH_INTERVAL_S = 0.05
 PUBLISH_GROUP = 512
 """Finished variants are published at least this often / in groups of at most this many.
 The last publish of a batch is on its critical path and holds what finished since the
-one before: at 0.2 s, on the H200 at 15 workers, it held 152–280 variants and took
-30–147 ms of a 0.77–0.90 s batch (RESULTS.md, batch, thirteenth session)."""
+one before: at 0.2 s, on the H200 at 15 workers, it held up to 280 variants and took up
+to 147 ms of a 0.77–0.90 s batch; at 0.05 s, 36 variants and 6–8 ms (RESULTS.md, batch,
+thirteenth session)."""
 
 
 def run_batch(client: Any, variants: Sequence[Variant], *, store_url: str | None = None,
@@ -405,8 +406,8 @@ def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], A
 
     With ``tail``, the last chunk's final ``tail`` or so variants (whole prefixes) are a
     chunk of their own: the batch submits that last round in smaller groups. On the
-    H200 at 15 workers the workers' last tasks ended 0.2–0.3 s apart, 4 groups of about
-    120 ms a worker (RESULTS.md, batch, thirteenth session).
+    H200 at 15 workers the workers' last tasks ended 0.2–0.3 s apart, 3 to 5 groups of
+    8 a worker (RESULTS.md, batch, thirteenth session).
 
     >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4)]
     [4, 8, 8]
