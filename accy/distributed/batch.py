@@ -302,7 +302,7 @@ PUBLISH_GROUP = 512
 """Finished variants are published at least this often / in groups of at most this many.
 The last publish of a batch is on its critical path and holds what finished since the
 one before: at 0.2 s, on the H200 at 15 workers, it held up to 280 variants and took up
-to 147 ms of a 0.77–0.90 s batch; at 0.05 s, 36 variants and 6–8 ms (RESULTS.md, batch,
+to 147 ms of a 0.77–0.90 s batch; at 0.05 s, 36–140 variants and 6–21 ms (RESULTS.md, batch,
 thirteenth session)."""
 
 
