@@ -166,21 +166,16 @@ POOL_GC = [False]
 (:func:`accy.distributed.tune_worker_gc`), to show what of the ratio is that policy."""
 
 
-def _pool_init() -> None:
-    if POOL_GC[0]:
-        from accy.distributed import tune_worker_gc
-
-        tune_worker_gc()
-
-
 def make_pool(workers: int) -> Any:
     """The peer: a spawn process pool of ``workers`` (with ``--pool-gc``, each process
     under accy's worker GC policy)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from accy.distributed import tune_worker_gc
+
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_pool_init if POOL_GC[0] else None)
+                               initializer=tune_worker_gc if POOL_GC[0] else None)
 
 
 def measure_pool(workers: int, sets: dict[str, list[Any]], warm: list[Any]) -> dict[str, Any]:

@@ -368,12 +368,12 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     collector: _Collector | None = None
     pending: dict[Any, list[RefreshPlan]] = {}
     submitted: set[Any] = set()
-    chunked = len(todo) > CHUNKED_ABOVE
-    first = max(1, threads) * grain if chunked else len(todo)
-    chunks = submission_chunks(todo, first, _prefix_of, tail=first if chunked else 0)
+    first = max(1, threads) * grain if len(todo) > CHUNKED_ABOVE else len(todo)
+    chunks = submission_chunks(todo, first, _prefix_of, tail=first)
     for n, chunk in enumerate(chunks):
-        # the last round's groups at half the grain: the workers finish closer together
-        last = chunked and n == len(chunks) - 1 and len(chunks) > 1
+        # a chunked batch's last round in groups of half the grain: the workers finish
+        # closer together
+        last = len(chunks) > 1 and n == len(chunks) - 1
         collector, more, keys = _submit(client, chunk, store_url, fresh, finish, collector,
                                         max(1, grain // 2) if last else grain)
         for key, plans in more.items():

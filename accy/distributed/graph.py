@@ -424,8 +424,7 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
                           path) from None
     except AccyError as e:
         raise StageFailed(str(e), stage_name, stage_name) from None
-    if store is not None:
-        write(store, key.hex, result.to_wire(), stage_name)
+    write(store, key.hex, result, stage_name)
     return result
 
 
@@ -468,7 +467,7 @@ def compile_group(values: list[Any], store_url: str | None) -> list[Any]:
             out[i] = StageFailed(str(got), "compile", "compile", "",
                                  getattr(got, "source_path", None))
         else:
-            if store is not None and write(store, key.hex, got.to_wire(), "fragment") is None:
+            if store is not None and write(store, key.hex, got, "fragment") is None:
                 got.meta["stored"] = store_url
             out[i] = got
     return out

@@ -129,8 +129,7 @@ class FragmentCompilerCache:
             report.add(Receipt("compile", key.hex, False, compiled.elapsed_ns,
                                pass_stats={"compile": {"binary_bytes": len(compiled.binary),
                                                        "binary_reused": reused}},
-                               warning=write(self.store, key.hex, compiled.to_wire(),
-                                             "fragment") if self.store is not None else None))
+                               warning=write(self.store, key.hex, compiled, "fragment")))
         self._compiled[key.hex] = compiled
         return compiled
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from accy.errors import AccyError
 from accy.preparation.keys import StageKey
@@ -40,6 +40,13 @@ from accy.preparation.stages import StageResult
 logger = logging.getLogger("accy.store")
 
 T = TypeVar("T")
+
+
+class Wire(Protocol):
+    """What the store takes besides bytes: a value that encodes itself (a stage result,
+    a compiled fragment)."""
+
+    def to_wire(self) -> bytes: ...
 
 
 def check_stage_result(result: StageResult, key: StageKey) -> str | None:
@@ -107,12 +114,15 @@ def read_stage_result(store: Any, key: StageKey, deferred: bool = False) \
     return result, why
 
 
-def write(store: Any, key_hex: str, data: bytes, kind: str) -> str | None:
-    """Put an entry; a failure is returned as a warning (never raised)."""
+def write(store: Any, key_hex: str, data: bytes | Wire, kind: str) -> str | None:
+    """Put an entry; a failure is returned as a warning (never raised). A value that
+    encodes itself is encoded only when there is a store to hold it (without one,
+    every stage result used to be wire-encoded for nobody)."""
     if store is None:
         return None
+    payload = data if isinstance(data, bytes) else data.to_wire()
     try:
-        ok = store.put(key_hex, data, kind=kind)
+        ok = store.put(key_hex, payload, kind=kind)
     except Exception as e:  # a full or read-only store must not fail the refresh
         logger.warning("accy: store write of %s failed: %s", key_hex[:12], e)
         return f"store write failed ({type(e).__name__}: {e})"

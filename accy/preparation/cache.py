@@ -297,9 +297,7 @@ class BackendPreparationCache:
                     raise PreparationFailed(failure, report, e) from e
                 self.put(result)
                 receipt = Receipt.ran(result, why)
-                if self.store is not None:  # no wire bytes for nobody (the key of the
-                    # next stage walks the product once for its fingerprint)
-                    receipt.warning = write(self.store, key.hex, result.to_wire(), stage.name)
+                receipt.warning = write(self.store, key.hex, result, stage.name)
                 report.add(receipt)
             results[stage.name] = result
             prev = result.product
