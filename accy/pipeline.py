@@ -148,7 +148,8 @@ class Stage:
         pm = PassManager(self.name, self.passes(request.options, request.shapes),
                          limits=request.limits, record_bytes=request.record_bytes)
         t0 = time.perf_counter_ns()
-        result = pm.run(module, PassContext())
+        # the input product stays untouched: a reproducer replays from a clone of it
+        result = pm.run(module, PassContext(), source=prev.clone_module)
         elapsed = time.perf_counter_ns() - t0
         product = self.product(module, {"source": request.source, "variant": request.variant})
         plan = plan_fingerprint(self.name, product) if self.plans else None

@@ -32,7 +32,7 @@ import msgpack
 from accy.choir.parser import parse_module
 from accy.choir.printer import print_op
 from accy.choir.verifier import verify
-from accy.choir.wire import MAGIC, WIRE_VERSION, decode, encode, fingerprint
+from accy.choir.wire import INLINE_VERSION, MAGIC, WIRE_VERSION, decode, encode, fingerprint
 from accy.errors import AccyError
 
 # ------------------------------------------------------------------------ tallies
@@ -219,8 +219,26 @@ def text_mutations(seeds: Sequence[str], count: int, seed: int = 0) -> Iterator[
         yield text
 
 
-def _pack(body: object, files: list[str] | None = None) -> bytes:
-    return msgpack.packb([MAGIC, WIRE_VERSION, files or [], body], use_bin_type=True)
+def _slots(op: object) -> int:
+    """How many locations an encoded op (format 1's lists) holds: the op's own and its
+    blocks' arguments', recursively (lenient: a crafted op may be malformed)."""
+    if not (isinstance(op, list) and len(op) == 7 and isinstance(op[5], list)):
+        return 1
+    n = 1
+    for region in op[5]:
+        for block in region if isinstance(region, list) else ():
+            if isinstance(block, list) and len(block) == 3:
+                n += len(block[1]) if isinstance(block[1], list) else 0
+                n += sum(_slots(o) for o in block[2]) if isinstance(block[2], list) else 0
+    return n
+
+
+def pack_body(body: object, files: list[str] | None = None, version: int = WIRE_VERSION) -> bytes:
+    """A crafted body (format 1's inline lists, every location nil) in ``version``'s form."""
+    if version == INLINE_VERSION:
+        return msgpack.packb([MAGIC, INLINE_VERSION, files or [], body], use_bin_type=True)
+    return msgpack.packb([MAGIC, WIRE_VERSION, files or [], [None] * _slots(body)],
+                         use_bin_type=True) + msgpack.packb(body, use_bin_type=True)
 
 
 def _const(ty: object, splat: bool, payload: bytes) -> list[object]:
@@ -237,23 +255,29 @@ def wire_bombs() -> list[bytes]:
     deep_type: object = "f32"
     for _ in range(500):
         deep_type = [1, [deep_type], []]
-    return [
-        _pack(_const([0, [100000, 100000], "f32"], True, b"\x00\x00\x80\x3f")),  # 10^10 splat
-        _pack(_const([0, [1 << 31, 1 << 31], "f32"], True, b"\x00" * 4)),
-        _pack(_const(big, True, b"\x00" * 4)),
-        _pack(_const(big, False, b"\x00" * 4)),
-        _pack(_const([0, [1 << 28], "f32"], False, b"\x00" * 4)),
-        _pack(_const([0, [(1 << 64) - 1], "f32"], True, b"\x00" * 4)),
-        _pack(_const([0, [(1 << 63) - 1, (1 << 63) - 1], "i1"], True, b"\x01")),
-        _pack(_const([0, [4], "bf16"], False, b"\x00" * 7)),
-        _pack(_const([0, [4], "index"], False, b"\x01" * 32)),
-        _pack(["test.c", [], [], [["v", [0, (1 << 64) - 1, "i8"]]], [], [], None]),
-        _pack(["test.c", [], [], [["v", [1, 1.0, "i32"]]], [], [], None]),
-        _pack(["test.c", [], [], [["v", [6, "f32", [1, 2]]]], [], [], None]),
-        _pack(["test.c", [], [], [["v", nested]], [], [], None]),
-        _pack(["test.c", [], [deep_type], [], [], [], None]),
+    bodies = [
+        _const([0, [100000, 100000], "f32"], True, b"\x00\x00\x80\x3f"),  # 10^10 splat
+        _const([0, [1 << 31, 1 << 31], "f32"], True, b"\x00" * 4),
+        _const(big, True, b"\x00" * 4),
+        _const(big, False, b"\x00" * 4),
+        _const([0, [1 << 28], "f32"], False, b"\x00" * 4),
+        _const([0, [(1 << 64) - 1], "f32"], True, b"\x00" * 4),
+        _const([0, [(1 << 63) - 1, (1 << 63) - 1], "i1"], True, b"\x01"),
+        _const([0, [4], "bf16"], False, b"\x00" * 7),
+        _const([0, [4], "index"], False, b"\x01" * 32),
+        ["test.c", [], [], [["v", [0, (1 << 64) - 1, "i8"]]], [], [], None],
+        ["test.c", [], [], [["v", [1, 1.0, "i32"]]], [], [], None],
+        ["test.c", [], [], [["v", [6, "f32", [1, 2]]]], [], [], None],
+        ["test.c", [], [], [["v", nested]], [], [], None],
+        ["test.c", [], [deep_type], [], [], [], None],
+    ]
+    return [pack_body(b, version=v) for b in bodies for v in (WIRE_VERSION, INLINE_VERSION)] + [
         b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff",
         b"\x94\xa5choir\x01\x90\xdc\xff\xff", b"\x94\xa5choir\x01\x90" + b"\x91" * 100000,
+        b"\x94\xc4\x05choir\x02\x90\x90\xdc\xff\xff",  # a body claiming 64K ops
+        b"\x94\xc4\x05choir\x02\x90\x90" + b"\x91" * 100000,
+        b"\x94\xc4\x05choir\x02\x90\xdd\xff\xff\xff\xff",  # a table claiming 4G
+        b"\x94\xc4\x05choir\x02\x90\x90",  # no body
     ]
 
 

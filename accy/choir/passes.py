@@ -247,16 +247,26 @@ class PassManager:
             p.apply(ctx, module)
         return module
 
-    def run(self, module: Operation, ctx: PassContext | None = None) -> PipelineResult:
-        """Run every pass; on failure raise :class:`PassFailedError` with a reproducer."""
+    def run(self, module: Operation, ctx: PassContext | None = None,
+            source: Callable[[], Operation] | None = None) -> PipelineResult:
+        """Run every pass; on failure raise :class:`PassFailedError` with a reproducer.
+
+        On failure the IR before the failing pass is rebuilt by replaying the passes
+        before it (they are deterministic) on the pipeline's input. ``source`` returns
+        a fresh copy of that input when the caller keeps one untouched (a stage runs on
+        a clone of its input product); without it the input is snapshot as wire bytes
+        first — an encode of every stage's input, a tenth of a stage run, for a
+        reproducer that is almost never needed."""
         from accy.choir.printer import print_op
         from accy.choir.wire import decode, encode
 
         ctx = ctx or PassContext()
         start = time.perf_counter()
-        # One snapshot of the pipeline's input; on failure, the IR before the failing
-        # pass is rebuilt by replaying the passes before it (they are deterministic).
-        snapshot = encode(module)
+        if source is None:
+            snapshot = encode(module)
+
+            def source() -> Operation:
+                return decode(snapshot)
         for index, p in enumerate(self.passes):
             ctx.current = p.name
             for ins in self.instrumentations:
@@ -283,10 +293,10 @@ class PassManager:
                 loc: Location | None = getattr(e, "loc", None)
                 # debuginfo: a replay reports the same located message
                 try:
-                    ir = print_op(self._before(decode(snapshot), index), debuginfo=True)
+                    ir = print_op(self._before(source(), index), debuginfo=True)
                 except Exception:  # a pass that is not deterministic: keep the input
                     ir = ("// the IR at the pipeline's input (replaying the passes before "
-                          f"'{p.name}' failed)\n" + print_op(decode(snapshot), debuginfo=True))
+                          f"'{p.name}' failed)\n" + print_op(source(), debuginfo=True))
                 truncated = False
                 if self.record_bytes is not None and len(ir.encode()) > self.record_bytes:
                     cut = ir.encode()[: self.record_bytes].decode("utf-8", "ignore")

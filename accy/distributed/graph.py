@@ -56,7 +56,7 @@ from accy.errors import AccyError
 from accy.paths import user_dir
 from accy.pipeline import PREPARATION_NAMES, preparation
 from accy.pipeline import stage as table_stage
-from accy.preparation.admission import read_back, read_stage_result, write
+from accy.preparation.admission import WriteBehind, read_back, read_stage_result, write
 from accy.preparation.keys import make_key
 from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
@@ -395,9 +395,10 @@ def held_value(value: Any, pick: int | None) -> Any:
     return value if pick is None else chain_pick_task(value, pick)
 
 
-def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None) \
-        -> StageResult:
-    """Run (or read back from the store) one stage on a worker."""
+def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None,
+               writes: WriteBehind | None = None) -> StageResult:
+    """Run (or read back from the store) one stage on a worker. With ``writes`` its
+    product is put in the store in the background (the caller flushes)."""
     from accy.choir.passes import Reproducer
     from accy.errors import PassFailedError
 
@@ -424,7 +425,10 @@ def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: s
                           path) from None
     except AccyError as e:
         raise StageFailed(str(e), stage_name, stage_name) from None
-    write(store, key.hex, result, stage_name)
+    if writes is not None:
+        writes.write(key.hex, result, stage_name)
+    else:
+        write(store, key.hex, result, stage_name)
     return result
 
 
@@ -566,8 +570,11 @@ def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any
     """Run several chains (``[steps, request]`` each, reading ``prevs[i]``) in one task:
     each one's stage runs as :func:`chain_task` does, then every chain's compile at
     once (:func:`compile_group`: the CUDA ones in one NVRTC run), then each one's load.
-    A chain's failure is its own: it ends that chain and is returned in its place."""
+    A chain's failure is its own: it ends that chain and is returned in its place.
+    The stage products go to the store in the background (:class:`WriteBehind`),
+    flushed before the task returns."""
     entries: list[Any] = []
+    writes = WriteBehind(_store(store_url))
     for (steps, request), prev in zip(chains, prevs):
         receipts: dict[str, Any] = dict(prev.receipts) if isinstance(prev, ChainResult) else {}
         value = prev
@@ -575,7 +582,7 @@ def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any
             for stage_name, node in steps:
                 if stage_name in ("compile", "load"):
                     break
-                value = stage_task(stage_name, value, request, store_url)
+                value = stage_task(stage_name, value, request, store_url, writes)
                 receipts[stage_name] = stage_receipt(value, node)
         except StageFailed as e:
             e.receipts = receipts
@@ -591,8 +598,11 @@ def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any
         else:
             receipts["compile"] = compile_receipt(compiled, dict(steps)["compile"])
         entries[i][2] = compiled
-    return ChainGroup([_finish_chain(steps, receipts, value, store_url)
-                       for steps, receipts, value in entries])
+    try:
+        return ChainGroup([_finish_chain(steps, receipts, value, store_url)
+                           for steps, receipts, value in entries])
+    finally:
+        writes.flush()
 
 
 def _finish_chain(steps: list[list[str]], receipts: dict[str, Any], value: Any,
@@ -953,9 +963,22 @@ class GraphBuilder:
         return all(fuse_gpu or self.nodes[d].gpu == n.gpu for d in n.dependents)
 
     def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1,
-               spread: dict[bool, list[str]] | None = None) -> dict[Any, Any]:
+               spread: dict[bool, list[str]] | None = None,
+               restrict_gpu: bool = True) -> dict[Any, Any]:
         """Send the graph; return the future of every task that holds a chain's value,
         by its key.
+
+        ``restrict_gpu=False`` (every worker is a GPU worker) leaves the GPU tasks
+        unrestricted: a task with a resource restriction is never queued on the
+        scheduler (Dask's ``is_rootish``), so each was placed on a worker the moment
+        it arrived, by count; on the H200 every one of 15 workers got 5 of a batch's
+        75 groups and they finished 0.17-0.28 s apart. In a graph where no task reads
+        another (distinct variants), every task is marked a data producer, so the
+        scheduler queues it however few its task group holds and hands it to the next
+        worker with a free slot (``worker-saturation``), as a process pool's workers
+        take the next item. Where tasks read others (a shared prefix), the readers are
+        never queued and would keep the workers' slots while the prefixes they wait
+        for sat in the queue; that graph is left to Dask's own root-task rule.
 
         With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
         in one task (:func:`chain_group_task`: their compiles in one NVRTC program).
@@ -1026,7 +1049,9 @@ class GraphBuilder:
                 parts[0][2].store_url, *[arg for _, arg, _ in parts])
         holders = {self.handle(seg)[0] for seg in self.segment_of.values()}
         keys = [k for k in list(cpu) + list(gpu) if k in holders]
-        layers = _placed_layers(cpu, gpu, spread or {})
+        if not any(t.dependencies for t in (*cpu.values(), *gpu.values())):
+            cpu, gpu = _producers(cpu), _producers(gpu)
+        layers = _placed_layers(cpu, gpu, spread or {}, restrict_gpu)
         futures = client.get(HighLevelGraph(layers, {name: set() for name in layers}), keys,
                              sync=False)
         return dict(zip(keys, futures))
@@ -1061,16 +1086,24 @@ def compile_groups(chains: list[Any], grain: int, likeness: Any) -> list[list[An
         [rest[at:at + grain] for at in range(0, len(rest), grain)]
 
 
+def _producers(tasks: dict[Any, Any]) -> dict[Any, Any]:
+    """``tasks`` (none reading another) marked data producers: the scheduler queues
+    them (see :meth:`GraphBuilder.submit`)."""
+    from dask.task_spec import Task
+
+    return {k: Task(t.key, t.func, *t.args, _data_producer=True) for k, t in tasks.items()}
+
+
 def _placed_layers(cpu: dict[Any, Any], gpu: dict[Any, Any],
-                   spread: dict[bool, list[str]]) -> dict[str, Any]:
-    """The graph's layers: CPU and GPU (``resources={"GPU": 1}``) tasks; those that read
-    another task's result in a layer per worker of ``spread`` (round-robin, see
-    :meth:`GraphBuilder.submit`)."""
+                   spread: dict[bool, list[str]], restrict_gpu: bool = True) -> dict[str, Any]:
+    """The graph's layers: CPU and GPU (``resources={"GPU": 1}`` unless
+    ``restrict_gpu`` is off) tasks; those that read another task's result in a layer
+    per worker of ``spread`` (round-robin, see :meth:`GraphBuilder.submit`)."""
     from dask.highlevelgraph import MaterializedLayer
 
     layers: dict[str, Any] = {}
     for on_gpu, tasks in ((False, cpu), (True, gpu)):
-        base = {"resources": {"GPU": 1}} if on_gpu else {}
+        base = {"resources": {"GPU": 1}} if on_gpu and restrict_gpu else {}
         targets = spread.get(on_gpu) or []
         where: dict[str, dict[Any, Any]] = {}  # the worker named ("": Dask's choice)
         turn = 0

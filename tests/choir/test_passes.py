@@ -179,6 +179,31 @@ def test_failure_carries_a_reproducer() -> None:
     assert isinstance(err.__cause__, VerifyError)
 
 
+def test_a_kept_input_replaces_the_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``source`` (a stage keeps its input product untouched) nothing is encoded
+    up front, and a failure's reproducer is the same as from the snapshot."""
+    import accy.choir.wire as wire
+
+    pipeline = (Tag(), Refuse(reason="nope", limit=7), Tag("after"))
+    expected = fail(pipeline).reproducer
+    encodes: list[int] = []
+    real = wire.encode
+    monkeypatch.setattr(wire, "encode", lambda op: encodes.append(1) or real(op))
+    kept = module()
+    calls: list[int] = []
+
+    def source() -> Operation:
+        calls.append(1)
+        return kept.clone()
+
+    PassManager("ok", (Tag(),)).run(module(), source=source)
+    assert encodes == [] and calls == []
+    with pytest.raises(PassFailedError) as info:
+        PassManager("test-pipeline", pipeline).run(module(), source=source)
+    assert encodes == [] and calls == [1]
+    assert info.value.reproducer == expected
+
+
 def test_reproducer_keeps_source_locations() -> None:
     repro = fail((Refuse(),)).reproducer
     m = parse_module(repro.ir, "elsewhere.mlir")

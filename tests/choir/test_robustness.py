@@ -10,7 +10,6 @@ import resource
 import time
 import tracemalloc
 
-import msgpack
 import numpy as np
 import pytest
 
@@ -27,10 +26,11 @@ from accy.choir.attributes import (
     StringAttr,
     TensorType,
 )
+from accy.choir.fuzz import pack_body
 from accy.choir.parser import parse_module
 from accy.choir.printer import print_attribute, print_op
 from accy.choir.verifier import verify
-from accy.choir.wire import MAGIC, WIRE_VERSION, decode, encode, fingerprint
+from accy.choir.wire import decode, encode, fingerprint
 from accy.errors import ParseError, WireFormatError
 
 FILE = "r.mlir"
@@ -185,7 +185,7 @@ def test_a_huge_splat_is_never_materialised() -> None:
 
 def _wire_const(shape: list[int], splat: bool, payload: bytes, el: str = "f32") -> bytes:
     op = ["test.c", [], [], [["v", [7, [0, shape, el], splat, payload]]], [], [], None]
-    return msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True)
+    return pack_body(op)
 
 
 def test_a_tiny_wire_splat_with_a_huge_shape_fingerprints_in_constant_space() -> None:

@@ -3,6 +3,7 @@ valid encoding decodes to an equal module or fails with ``WireFormatError`` only
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from accy.choir.attributes import (
     UnitAttr,
 )
 from accy.choir.builtin import ModuleOp
+from accy.choir.fuzz import pack_body
 from accy.choir.ir import Block, Operation, Region
 from accy.choir.location import Location
 from accy.choir.parser import parse_file
@@ -126,25 +128,92 @@ def test_a_value_used_before_its_definition_cannot_be_encoded() -> None:
 # ------------------------------------------------------------------ header checks
 
 
+def _split(data: bytes) -> tuple[list, list]:
+    """Format 2's two objects: the header and the module's body."""
+    head, body = msgpack.Unpacker(io.BytesIO(data), raw=False)
+    return head, body
+
+
+def _join(head: object, body: object) -> bytes:
+    return msgpack.packb(head, use_bin_type=True) + msgpack.packb(body, use_bin_type=True)
+
+
 def test_wrong_magic_is_named() -> None:
-    data = msgpack.packb([b"chair", WIRE_VERSION, [], []], use_bin_type=True)
+    data = msgpack.packb([b"chair", WIRE_VERSION, [], []], use_bin_type=True) + b"\x90"
     with pytest.raises(WireFormatError, match="bad magic"):
         decode(data)
 
 
 def test_wrong_version_is_named() -> None:
-    module = msgpack.unpackb(ENCODINGS[0], raw=False)
-    module[1] = WIRE_VERSION + 1
+    head, body = _split(ENCODINGS[0])
+    head[1] = WIRE_VERSION + 1
     with pytest.raises(WireFormatError) as info:
-        decode(msgpack.packb(module, use_bin_type=True))
+        decode(_join(head, body))
     assert str(info.value) == (f"unsupported choir wire version {WIRE_VERSION + 1} "
-                               f"(this accy reads version {WIRE_VERSION})")
+                               f"(this accy reads versions 1 and {WIRE_VERSION})")
+
+
+def _inline(op: list, locs: list) -> list:
+    """Format 1's body: the format 2 body with its location table put back inline, in
+    the order the table lists them (an op's, then its blocks' arguments', pre-order)."""
+    loc = locs.pop(0)
+    regions = []
+    for region in op[5]:
+        blocks = []
+        for types, arg_locs, ops in region:
+            filled = [locs.pop(0) for _ in arg_locs]
+            blocks.append([types, filled, [_inline(o, locs) for o in ops]])
+        regions.append(blocks)
+    return [*op[:5], regions, loc]
+
+
+@pytest.mark.parametrize("which", range(len(GRAPHS)), ids=IDS)
+def test_format_1_still_reads_as_the_same_module(which: int) -> None:
+    (magic, _, files, locs), body = _split(ENCODINGS[which])
+    old = msgpack.packb([magic, 1, files, _inline(body, list(locs))], use_bin_type=True)
+    again = decode(old)
+    assert text_of(again) == text_of(decode(ENCODINGS[which]))
+    assert encode(again) == ENCODINGS[which]
+
+
+def test_the_canonical_form_is_format_1_without_locations() -> None:
+    """Fingerprints carry over from format 1: the canonical bytes are its encoding with
+    every location nil."""
+    from accy.choir.wire import canonical_bytes
+
+    module = parse_file(str(GRAPHS[0]))
+    (magic, _, _, locs), body = _split(encode(module))
+    assert any(loc is not None for loc in locs)
+    nil = _inline(body, [None] * len(locs))
+    assert canonical_bytes(module) == msgpack.packb([magic, 1, [], nil], use_bin_type=True)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda h, b: (h[:3] + [h[3][:-1]], b), "location table too short"),
+    (lambda h, b: (h[:3] + [h[3] + [None]], b), "location table too long"),
+    (lambda h, b: (h[:3] + [{}], b), "location table"),
+    (lambda h, b: (h, b[:6] + [[0, 1, 1]]), "inline location in a format 2 body"),
+    (lambda h, b: (h[:3] + [[[7, 1, 1]] + h[3][1:]], b), "location file index"),
+])
+def test_a_bad_location_table_is_named(change, message: str) -> None:
+    head, body = _split(ENCODINGS[0])
+    with pytest.raises(WireFormatError, match=message):
+        decode(_join(*change(head, body)))
+
+
+def test_format_2_needs_its_module_and_format_1_no_more() -> None:
+    head, body = _split(ENCODINGS[0])
+    with pytest.raises(WireFormatError, match="no module after the header"):
+        decode(msgpack.packb(head, use_bin_type=True))
+    old = msgpack.packb([MAGIC, 1, head[2], _inline(body, list(head[3]))], use_bin_type=True)
+    with pytest.raises(WireFormatError, match="trailing data"):
+        decode(old + b"\xc0")
 
 
 @pytest.mark.parametrize("data", [b"", b"\xc1", b"\x00", msgpack.packb({"a": 1}),
                                   msgpack.packb([MAGIC, WIRE_VERSION, []]),
                                   msgpack.packb([MAGIC, WIRE_VERSION, [1], []]),
-                                  msgpack.packb([MAGIC, WIRE_VERSION, [], ["x"] * 7])],
+                                  pack_body(["x"] * 7)],
                          ids=["empty", "reserved-byte", "int", "map", "short-header",
                               "bad-file-table", "bad-op-name"])
 def test_malformed_headers(data: bytes) -> None:
@@ -168,7 +237,7 @@ def test_deeply_nested_regions_are_rejected() -> None:
     op: list = ["test.leaf", [], [], [], [], [], None]
     for _ in range(200):
         op = ["test.r", [], [], [], [], [[[[], [], [op]]]], None]
-    data = msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True)
+    data = pack_body(op)
     with pytest.raises(WireFormatError, match="nested too deeply"):
         decode(data)
 
@@ -179,7 +248,7 @@ def test_deeply_nested_attributes_are_rejected() -> None:
         attr = [8, [attr]]
     op = ["test.a", [], [], [["a", attr]], [], [], None]
     with pytest.raises(WireFormatError, match="nested too deeply"):
-        decode(msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True))
+        decode(pack_body(op))
 
 
 def test_huge_length_prefixes_fail_fast() -> None:
@@ -191,21 +260,21 @@ def test_huge_length_prefixes_fail_fast() -> None:
 def test_dense_elements_claiming_more_bytes_than_given() -> None:
     op = ["test.c", [], [], [["v", [7, [0, [4], "f32"], False, b"\x00" * 12]]], [], [], None]
     with pytest.raises(WireFormatError, match="dense elements size"):
-        decode(msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True))
+        decode(pack_body(op))
 
 
 def test_dense_elements_too_large_to_hold() -> None:
     op = ["test.c", [], [], [["v", [7, [0, [1 << 20, 1 << 20], "f32"], True, b"\x00" * 4]]],
           [], [], None]
     with pytest.raises(WireFormatError, match="dense elements too large"):
-        decode(msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True))
+        decode(pack_body(op))
 
 
 def test_operand_reference_out_of_range() -> None:
     op = ["builtin.module", [], [], [], [], [[[[], [], [["test.a", [5], [], [], [], [], None]]]]],
           None]
     with pytest.raises(WireFormatError, match="operand reference"):
-        decode(msgpack.packb([MAGIC, WIRE_VERSION, [], op], use_bin_type=True))
+        decode(pack_body(op))
 
 
 def test_every_prefix_of_a_small_encoding_is_rejected() -> None:
@@ -265,7 +334,7 @@ def test_random_single_byte_corruptions(data: st.DataObject) -> None:
 def test_random_corruptions_of_the_decoded_structure(data: st.DataObject) -> None:
     """Replace one node of the msgpack tree with an arbitrary msgpack value."""
     which = data.draw(st.sampled_from(range(len(ENCODINGS))))
-    tree = msgpack.unpackb(ENCODINGS[which], raw=False)
+    tree = list(_split(ENCODINGS[which]))
     leaves = st.one_of(st.none(), st.booleans(), st.integers(-2, 1 << 40), st.floats(),
                        st.text(max_size=8), st.binary(max_size=8))
     value = data.draw(st.recursive(leaves, lambda c: st.lists(c, max_size=4), max_leaves=8))
@@ -276,7 +345,7 @@ def test_random_corruptions_of_the_decoded_structure(data: st.DataObject) -> Non
             node[i] = value
             break
         node = node[i]
-    decoded = _decode_or_wire_error(msgpack.packb(tree, use_bin_type=True))
+    decoded = _decode_or_wire_error(_join(*tree))
     if decoded is not None:
         assert text_of(decode(encode(decoded))) == text_of(decoded)
 

@@ -375,9 +375,70 @@ def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
         assert annotations == {"resources": {"GPU": 1}, "workers": [w],
                                "allow_other_workers": True}
         assert all(k[0].startswith("accy_group-") for k in keys), keys  # no pick tasks
+    # a graph whose tasks read others is left to Dask's root-task rule: none queued
+    # as a data producer (the readers would hold the slots while the prefix waited)
+    assert not any(t.data_producer for layer in client.layers.values()
+                   for t in layer.mapping.values())
     # three groups of two variants, round-robin: two on g1, one on g2
     assert [len([k for k in placed[f"accy-gpu@{w}"][1] if k[0].startswith("accy_group-")])
             for w in ("tcp://g1", "tcp://g2")] == [2, 1]
+
+
+def test_on_a_cluster_of_gpu_workers_the_gpu_tasks_are_unrestricted_and_queued():
+    """When every worker is a GPU worker the resource restriction picks nothing, and a
+    restricted task is never queued by the scheduler (it is placed on arrival, by
+    count): the GPU tasks go without it. A task that reads no other task is a data
+    producer, so the scheduler queues it and hands it to the next free worker."""
+    class Capture:
+        layers: dict[str, Any] = {}
+
+        def get(self, hlg: Any, keys: Any, sync: bool = False) -> list[Any]:
+            self.layers = dict(hlg.layers)
+            return list(keys)
+
+    def build() -> graph.GraphBuilder:
+        g = graph.GraphBuilder()
+        request = {"target": "cuda:sm_90", "options": {}}
+        for n in "abcd":  # four variants, nothing shared: chains from the program
+            k = g.node(("accy_target", n), "target", f"outside-{n}", request, None)
+            g.node(("accy_compile", n), "compile", k, request, None, gpu=True,
+                   program=("cuda:sm_90", ()))
+        return g
+
+    for restrict, expected in ((True, {"resources": {"GPU": 1}}), (False, None)):
+        client = Capture()
+        build().submit(client, grain=2, restrict_gpu=restrict)
+        assert set(client.layers) == {"accy-gpu"}
+        layer = client.layers["accy-gpu"]
+        assert layer.annotations == expected
+        tasks = list(layer.mapping.values())
+        assert len(tasks) == 2 and all(t.data_producer for t in tasks)
+
+
+def test_a_batch_of_independent_chains_is_queued_on_the_scheduler(cluster, tmp_path,
+                                                                 monkeypatch):
+    """The batch's root tasks wait on the scheduler until a worker has a free slot
+    (they pass through ``queued``), rather than being placed up front — also when they
+    are too few for Dask's own root-task heuristic (more than twice the threads)."""
+    c, client = cluster
+    seen = StartedTasks()
+    queued: list[Any] = []
+
+    class Queued(SchedulerPlugin):
+        def transition(self, key: Any, start: str, finish: str, *a: Any, **k: Any) -> None:
+            if finish == "queued":
+                queued.append(key)
+
+    c.scheduler.add_plugin(seen, name="started")
+    c.scheduler.add_plugin(Queued(), name="queued")
+    monkeypatch.setattr(c.scheduler, "WORKER_SATURATION", 1.0)  # one task a worker
+    variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)})
+                for r in (8, 16, 24, 32)]  # 4 chains on 2 threads: not "root-ish" to Dask
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert all(o.status == "ok" for o in result.outcomes)
+    roots = {k for k in seen.started if str(k[0]).startswith("accy_contract")}
+    assert len(roots) == 4
+    assert len(roots & set(queued)) == 2  # two started at once, two waited for a slot
 
 
 def test_a_stage_run_two_chains_read_runs_in_both():
@@ -448,3 +509,48 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     chunks.clear()
     run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert chunks == [len(variants)]  # a small batch is one graph
+
+
+def test_publishes_run_in_order_off_the_collecting_thread_and_a_failure_is_raised():
+    """The collecting loop hands each group to the publisher and goes on; the publishes
+    keep their order, plans are released once theirs is published, and after a failed
+    one nothing more is published and closing raises it."""
+    import threading
+
+    from accy.distributed.batch import _Publisher
+    from accy.distributed.state import PublishConflict
+
+    class Plan:
+        released = False
+
+        def release(self) -> None:
+            self.released = True
+
+    class Collector:
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+            self.threads: set[str] = set()
+
+        def publish(self, publications: list[Any]) -> None:
+            self.threads.add(threading.current_thread().name)
+            if publications == ["bad"]:
+                raise PublishConflict("lost the race")
+            self.seen.append(list(publications))
+
+    c = Collector()
+    plans = [Plan(), Plan()]
+    pub = _Publisher(c)  # type: ignore[arg-type]
+    pub.send(["a"], [plans[0]])
+    pub.send([], [])
+    pub.send(["b"], [plans[1]])
+    pub.close()
+    assert c.seen == [["a"], ["b"]] and all(p.released for p in plans)
+    assert c.threads and threading.current_thread().name not in c.threads
+
+    c, late = Collector(), Plan()
+    pub = _Publisher(c)  # type: ignore[arg-type]
+    pub.send(["bad"], [])
+    pub.send(["c"], [late])
+    with pytest.raises(PublishConflict, match="lost the race"):
+        pub.close()
+    assert c.seen == [] and not late.released
