@@ -26,7 +26,8 @@ The canonical form is then a fixed header plus the body's bytes, so a stage
 product written to the store gets its wire bytes and its fingerprint from one
 walk and one ``packb`` (format 1, ``[magic, 1, files, body]`` with the
 locations inline, needed a second walk that dropped them and a second
-``packb``: a quarter of a worker's time in a batch). The body is decoded from
+``packb``: in a 15-worker batch the walk was 12.5 % of a worker's samples in group
+tasks and ``packb`` 13.8 %). The body is decoded from
 a view of the input, so a dense payload is still never copied.
 
 Example

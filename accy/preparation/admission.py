@@ -141,9 +141,9 @@ class WriteBehind:
     holds the GIL anyway) and hands the store's put — creating a temporary, writing,
     renaming, touching: system calls, which release the GIL — to this process's writer
     thread, so the next stage runs while the file system works. :meth:`flush` waits for
-    every put handed over and returns their warnings. A put was 7 of a variant's
-    calls at about 210 µs each, most of it in ``open`` (py-spy and cProfile of a
-    group task); a chain group task flushes before it returns, so by the time its
+    every put handed over and returns their warnings. A variant makes 7 puts of about
+    210 µs each, half of it in the ``open`` of the temporary (cProfile of a group
+    task); a chain group task flushes before it returns, so by the time its
     result is reported every entry it wrote is in the store.
 
     >>> class Store(dict):
