@@ -629,8 +629,10 @@ def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]
                 publisher.send(publications, published)
                 publications, published, last_publish = [], [], time.monotonic()
         publisher.send(publications, published)
-    finally:
-        publisher.close()
+    except BaseException:
+        publisher.close(cancel=True)  # a lost cluster, Ctrl-C: no queued publish waited on
+        raise
+    publisher.close()
 
 
 class _Publisher:
@@ -666,8 +668,12 @@ class _Publisher:
         for p in plans:  # published: the scheduler pins what they keep
             p.release()
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
+    def close(self, cancel: bool = False) -> None:
+        """Wait for the publishes and raise the first failure; with ``cancel`` (the batch
+        is ending on an error of its own) drop those not started and raise nothing."""
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+        if cancel:
+            return
         for f in self.sent:
             f.result()  # the first failure, raised here
 

@@ -554,3 +554,36 @@ def test_publishes_run_in_order_off_the_collecting_thread_and_a_failure_is_raise
     with pytest.raises(PublishConflict, match="lost the race"):
         pub.close()
     assert c.seen == [] and not late.released
+
+
+def test_a_batch_ending_on_its_own_error_drops_the_publishes_not_started():
+    """Ending on its own error (a lost cluster, Ctrl-C), a batch waits for the publish in
+    flight but not for those queued behind it."""
+    import threading
+    import time
+
+    from accy.distributed.batch import _Publisher
+
+    started, release = threading.Event(), threading.Event()
+
+    class Collector:
+        seen: list[Any] = []
+
+        def publish(self, publications: list[Any]) -> None:
+            started.set()
+            release.wait(5)
+            self.seen.append(list(publications))
+
+    c = Collector()
+    pub = _Publisher(c)  # type: ignore[arg-type]
+    pub.send(["first"], [])
+    pub.send(["second"], [])
+    started.wait(5)
+    closer = threading.Thread(target=pub.close, kwargs={"cancel": True})
+    closer.start()  # cancels the queued one at once, then waits for the one in flight
+    deadline = time.monotonic() + 5
+    while not pub.sent[1].cancelled() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    release.set()
+    closer.join(5)
+    assert not closer.is_alive() and c.seen == [["first"]]
