@@ -2,9 +2,10 @@
 
 ``encode(op)`` writes a module (locations kept, so errors still point at
 source lines after the IR has moved between processes); ``decode(data)``
-reads it back (format 2, and format 1 as earlier versions wrote it), strictly and within bounds: any malformed, truncated, oversized
-or too deeply nested input raises :class:`~accy.errors.WireFormatError`. There
-is no pickle on this path.
+reads it back (format 2, and format 1 as earlier versions wrote it), strictly
+and within bounds: any malformed, truncated, oversized or too deeply nested
+input raises :class:`~accy.errors.WireFormatError`. There is no pickle on
+this path.
 
 Dense constants travel as their raw little-endian values: a splat as its one
 value (never its full shape), anything else decoded by NumPy as a view of the
@@ -26,9 +27,9 @@ The canonical form is then a fixed header plus the body's bytes, so a stage
 product written to the store gets its wire bytes and its fingerprint from one
 walk and one ``packb`` (format 1, ``[magic, 1, files, body]`` with the
 locations inline, needed a second walk that dropped them and a second
-``packb``: in a 15-worker batch the walk was 12.5 % of a worker's samples in group
-tasks and ``packb`` 13.8 %). The body is decoded from
-a view of the input, so a dense payload is still never copied.
+``packb``: in a 15-worker batch the walk was 12.5 % of a worker's samples in
+group tasks and ``packb`` 13.8 %). The body is decoded from a view of the
+input, so a dense payload is still never copied.
 
 Example
 -------

@@ -641,9 +641,9 @@ class _Publisher:
     waiting for the scheduler's reply. On the H200 at 15 workers publishes of 20-204
     variants took 8-137 ms each while results queued behind them; in one pass the
     last, of 204 variants, ran until 0.13 s after the last task had ended
-    (RESULTS.md, batch, fourteenth session). :meth:`close` waits for every publish and raises the first failure;
-    after a failure nothing more is published (each publish is one compare-and-swap
-    of complete variants either way)."""
+    (RESULTS.md, batch, fourteenth session). :meth:`close` waits for every publish
+    and raises the first failure; after a failure nothing more is published (each
+    publish is one compare-and-swap of complete variants either way)."""
 
     def __init__(self, collector: _Collector) -> None:
         from concurrent.futures import ThreadPoolExecutor

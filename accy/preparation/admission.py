@@ -123,15 +123,18 @@ def write(store: Any, key_hex: str, data: bytes | Wire, kind: str) -> str | None
     every stage result used to be wire-encoded for nobody)."""
     if store is None:
         return None
-    payload = data if isinstance(data, bytes) else data.to_wire()
     try:
-        ok = store.put(key_hex, payload, kind=kind)
+        ok = store.put(key_hex, _payload(data), kind=kind)
     except Exception as e:  # a full or read-only store must not fail the refresh
         logger.warning("accy: store write of %s failed: %s", key_hex[:12], e)
         return f"store write failed ({type(e).__name__}: {e})"
     if ok is False:
         return "store write failed"
     return None
+
+
+def _payload(data: bytes | Wire) -> bytes:
+    return data if isinstance(data, bytes) else data.to_wire()
 
 
 class WriteBehind:
@@ -142,8 +145,9 @@ class WriteBehind:
     renaming, touching: system calls, which release the GIL — to this process's writer
     thread, so the next stage runs while the file system works. :meth:`flush` waits for
     every put handed over and returns their warnings. A variant makes 7 puts of about
-    210 µs each, half of it in the ``open`` of the temporary (cProfile of a group
-    task); a chain group task flushes before it returns, so by the time its
+    210 µs each (RESULTS.md, batch, thirteenth session), half of it in the ``open`` of
+    the temporary (cProfile of a group task, fourteenth); a chain group task flushes
+    before it returns, so by the time its
     result is reported every entry it wrote is in the store.
 
     >>> class Store(dict):
@@ -161,10 +165,9 @@ class WriteBehind:
 
     def write(self, key_hex: str, data: bytes | Wire, kind: str) -> None:
         """Encode ``data`` now (when there is a store) and put it in the background."""
-        if self.store is None:
-            return
-        payload = data if isinstance(data, bytes) else data.to_wire()
-        self._pending.append(_writer().submit(write, self.store, key_hex, payload, kind))
+        if self.store is not None:  # encoded here: write() gets the bytes
+            self._pending.append(_writer().submit(write, self.store, key_hex,
+                                                  _payload(data), kind))
 
     def flush(self) -> list[str]:
         """Wait for every put handed over; their warnings (a failed put is never raised)."""
