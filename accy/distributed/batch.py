@@ -227,11 +227,9 @@ class _Collector:
         from accy.distributed.graph import compile_entry_key
 
         entries: dict[str, Any] = {}
-        fields: dict[str, Any] = {}
         keys: list[Any] = []
         stage_keys: dict[str, str] = {r.stage: r.key for r in plan.resolved}
         for r in plan.resolved:
-            fields[r.stage] = r.entry.get("fields")
             if r.entry.get("task_key"):
                 keys.append(list(r.entry["task_key"]))
         for stage in PREPARATION_NAMES:
@@ -249,7 +247,6 @@ class _Collector:
                     entry["pick"] = plan.picks[stage]
                 keys.append(list(holder))
             entries[value["key"]] = entry
-            fields[stage] = value["fields"]
             stage_keys[stage] = value["key"]
         compiled = summary.get("compile")
         ckey = plan.holders.get("compile")
@@ -266,9 +263,12 @@ class _Collector:
             keys.append(list(ckey))
         elif "load" in plan.holders:
             keys.append(list(plan.holders["load"]))
+        # no "fields": the scheduler takes each stage's from the entry its key names (the
+        # same fields again were 1.1 of a variant's 3.8 KB; RESULTS.md, batch, fifteenth
+        # session)
         variants = {plan.request.variant: {
             "program": plan.request.program, "target": plan.request.target,
-            "keys": stage_keys, "fields": fields, "fragment": out.fragment}}
+            "keys": stage_keys, "fragment": out.fragment}}
         return {"entries": entries, "variants": variants, "keys": keys}
 
     def publish(self, publications: list[dict[str, Any]], retries: int = 10) -> None:
@@ -347,8 +347,9 @@ def _unless_lost(on_done: Callable[[VariantOutcome], None] | None) \
 
 def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                on_done: Callable[[VariantOutcome], None] | None, fresh: bool) -> BatchResult:
-    """One pass of :func:`run_batch`: check the variants, resolve and submit them as one
-    graph, then collect and publish their results as they arrive."""
+    """One pass of :func:`run_batch`: check the variants, resolve and submit them in
+    chunks, and collect and publish their results as they arrive: the first chunk is
+    submitted here, the rest by a :class:`_Submitter` thread while this one collects."""
     from accy.distributed import ensure_plugin
 
     t0 = time.perf_counter()
@@ -365,27 +366,33 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     todo = _checked_variants(variants, finish)
     threads = _worker_threads(client)
     grain = compile_grain(len(todo), threads)
-    collector: _Collector | None = None
-    pending: dict[Any, list[RefreshPlan]] = {}
-    submitted: set[Any] = set()
-    first = max(1, threads) * grain if len(todo) > CHUNKED_ABOVE else len(todo)
-    chunks = submission_chunks(todo, first, _prefix_of, tail=first)
-    for n, chunk in enumerate(chunks):
-        # a chunked batch's last round in groups of half the grain: the workers finish
-        # closer together
-        last = len(chunks) > 1 and n == len(chunks) - 1
-        collector, more, keys = _submit(client, chunk, store_url, fresh, finish, collector,
-                                        max(1, grain // 2) if last else grain)
-        for key, plans in more.items():
-            pending.setdefault(key, []).extend(plans)
-        submitted |= keys
+    chunked = len(todo) > CHUNKED_ABOVE
+    # a chunked batch's first round in smaller groups (the cluster starts sooner) and its
+    # last round too (the workers finish closer together)
+    opening, closing = (max(1, grain // FIRST_GRAIN_DIVISOR), max(1, grain // TAIL_GRAIN_DIVISOR))
+    first = max(1, threads) * opening if chunked else len(todo)
+    chunks = submission_chunks(todo, first, _prefix_of,
+                               tail=max(1, threads) * grain if chunked else 0)
     del todo
-    if collector is None:  # nothing passed the checks
-        collector = _Collector(client, 0, store_url)
-    _collect(collector, pending, finish)
+    grains = [grain] * len(chunks)
+    if len(chunks) > 1:
+        grains[0], grains[-1] = opening, closing
+    if not chunks:  # nothing passed the checks
+        return BatchResult([outcomes[v.id] for v in variants if v.id in outcomes],
+                           time.perf_counter() - t0, 0, _Collector(client, 0, store_url).version)
+    collector, part = _submit(client, chunks[0], store_url, fresh, None, grains[0])
+    submitter = _Submitter(client, list(zip(chunks[1:], grains[1:])), store_url, fresh,
+                           collector)
+    del chunks
+    submitted = _collect(collector, part, finish, submitter)
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
     return BatchResult(ordered, time.perf_counter() - t0, len(submitted), collector.version)
 
+
+FIRST_GRAIN_DIVISOR = 2
+TAIL_GRAIN_DIVISOR = 2
+"""A chunked batch's first chunk (a group for every worker thread) and last one go out
+in groups of the grain divided by these."""
 
 CHUNKED_ABOVE = 256
 """Batches of more variants than this go out in chunks (:func:`submission_chunks`); a
@@ -404,40 +411,38 @@ def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], A
     brought together, first appearance first, and never split: a stage run two
     variants share is in one graph, fused one way, with one receipt that ran it.
 
-    With ``tail``, the last chunk's final ``tail`` or so variants (whole prefixes) are a
-    chunk of their own: the batch submits that last round in smaller groups. On the
-    H200 at 15 workers the workers' last tasks ended 0.2–0.3 s apart, 3 to 5 groups of
-    8 a worker (RESULTS.md, batch, thirteenth session).
+    With ``tail``, the final ``tail`` or so variants (whole prefixes) are a chunk of
+    their own, when something is left before them: the batch submits that last round
+    in smaller groups. On the H200 at 15 workers the workers' last tasks ended 0.2–0.3 s
+    apart, 3 to 5 groups of 8 a worker (RESULTS.md, batch, thirteenth session).
 
     >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4)]
     [4, 8, 8]
     >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4, tail=3)]
     [4, 8, 4, 4]
+    >>> [len(c) for c in submission_chunks(list(range(20)), 3, lambda i: i // 4, tail=20)]
+    [4, 16]
     >>> submission_chunks([1, 2, 1, 2, 3], 2, lambda i: i)
     [[1, 1], [2, 2, 3]]
     """
     alike: dict[Any, list[Any]] = {}
     for item in todo:
         alike.setdefault(prefix(item), []).append(item)
+    groups = list(alike.values())
+    last: list[Any] = []
+    while tail > 0 and len(groups) > 1 and len(last) < tail:  # back over whole prefixes
+        last[:0] = groups.pop()
     out: list[list[Any]] = []
     chunk: list[Any] = []
     size = max(1, first)
-    for members in alike.values():
+    for members in groups:
         chunk.extend(members)
         if len(chunk) >= size:
             out.append(chunk)
             chunk, size = [], size * 2
     if chunk:
         out.append(chunk)
-    if tail > 0 and len(out) > 1 and len(out[-1]) > tail:
-        last = out.pop()
-        cut = len(last)
-        while cut > 0 and len(last) - cut < tail:  # back over whole prefixes
-            p = prefix(last[cut - 1])
-            while cut > 0 and prefix(last[cut - 1]) == p:
-                cut -= 1
-        out += [last[:cut], last[cut:]] if cut > 0 else [last]
-    return out
+    return out + [last] if last else out
 
 
 def _prefix_of(item: tuple[Variant, SemanticModule, VariantRequest]) -> Any:
@@ -483,15 +488,24 @@ def _checked_variants(variants: Sequence[Variant], finish: Callable[[VariantOutc
     return todo
 
 
-def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
-            store_url: str | None, fresh: bool, finish: Callable[[VariantOutcome], None],
-            collector: _Collector | None, grain: int) \
-        -> tuple[_Collector, dict[Any, list[RefreshPlan]], set[Any]]:
-    """Resolve every variant's published prefix (one round trip), plan its chains and
-    submit them as one graph, ``grain`` chains a compile group; the fully reused
-    variants finish here. A later chunk of the batch passes the batch's ``collector``
-    (one claim set, one version; None: the first makes it). Returns the collector, the plans by the key of their last task and the
+@dataclass
+class _Part:
+    """What one submitted chunk hands the collecting loop: its plans by the key of their
+    last task, the plans with no task (fully reused: they finish as they are) and the
     keys of the tasks submitted."""
+
+    pending: dict[Any, list[RefreshPlan]]
+    immediate: list[RefreshPlan]
+    keys: set[Any]
+
+
+def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
+            store_url: str | None, fresh: bool, collector: _Collector | None, grain: int) \
+        -> tuple[_Collector, _Part]:
+    """Resolve every variant's published prefix (one round trip), plan its chains and
+    submit them as one graph, ``grain`` chains a compile group. A later chunk of the
+    batch passes the batch's ``collector`` (one claim set, one version; None: the first
+    makes it). Only reads the collector: the collecting loop takes the :class:`_Part`."""
     templates: dict[str, int] = {}
     answer = resolve_many(client, [resolution_request(m, r, templates) for _, m, r in todo],
                           templates)
@@ -517,45 +531,141 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
                            if (w.get("resources") or {}).get("GPU", 0) > 0)}
     futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grain, spread=spread,
                            restrict_gpu=not all_gpu)
-    pending: dict[Any, list[RefreshPlan]] = {}
-    publications: list[dict[str, Any]] = []
+    part = _Part({}, [], set(futures))
     for p in plans:
         p.bind(futures, graph)
         if p.tail is None:
-            o, pub = collector.collect(p, {}, None)
-            finish(o)
-            if pub:
-                publications.append(pub)
+            part.immediate.append(p)
         else:
-            pending.setdefault(p.tail.key, []).append(p)
-    collector.publish(publications)
-    return collector, pending, set(futures)
+            part.pending.setdefault(p.tail.key, []).append(p)
+    return collector, part
 
 
-def _collect(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
-             finish: Callable[[VariantOutcome], None]) -> None:
+class _Submitter:
+    """Submits a batch's later chunks on a thread of its own while the collecting loop
+    takes the first results: on the H200 at 15 workers the client planned the second
+    and third chunks of 480 variants until 0.18–0.25 s into a 0.53–0.59 s batch, and
+    only then began collecting, with 136–176 variants already finished (RESULTS.md,
+    batch, fifteenth session).
+
+    Each submitted chunk's :class:`_Part` (or the error that stopped the submitting)
+    is put on :attr:`parts`; ``notify`` (the collecting loop's wake-up) is called after
+    each. :meth:`stop` makes it submit nothing more."""
+
+    def __init__(self, client: Any, chunks: list[tuple[list[Any], int]], store_url: str | None,
+                 fresh: bool, collector: _Collector) -> None:
+        import queue
+        import threading
+
+        self.parts: queue.SimpleQueue[_Part | BaseException] = queue.SimpleQueue()
+        self.notify: Callable[[], None] = lambda: None
+        self._stop = threading.Event()
+        self._chunks = chunks
+        self._args = (client, store_url, fresh, collector)
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="accy-batch-submit")
+        self.running = bool(chunks)
+
+    def start(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+        if self.running:
+            self._thread.start()
+
+    def _run(self) -> None:
+        client, store_url, fresh, collector = self._args
+        try:
+            while self._chunks and not self._stop.is_set():
+                chunk, grain = self._chunks.pop(0)
+                self.parts.put(_submit(client, chunk, store_url, fresh, collector, grain)[1])
+                del chunk
+                self.notify()
+        except BaseException as e:  # noqa: BLE001 — the collecting loop raises it
+            self.parts.put(e)
+        finally:
+            self._chunks = []
+            self.running = False
+            self.notify()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _collect(collector: _Collector, first: _Part, finish: Callable[[VariantOutcome], None],
+             submitter: _Submitter) -> set[Any]:
     """Results arrive in the background (``with_results``): each is the small receipts
     map of a variant's last chain task. Finished variants are published together every
     :data:`PUBLISH_INTERVAL_S`, so the client makes a scheduler round trip per group of
     variants, not per variant, off the collecting thread (:class:`_Publisher`); a plan
-    lets go of its futures once published."""
+    lets go of its futures once published. The later chunks' parts join as the
+    ``submitter`` hands them over. Returns the keys of every task submitted."""
     import threading
 
     from distributed import as_completed
 
-    tails = [ps[0].tail for ps in pending.values()]
-    finished = as_completed(tails, with_results=True, raise_errors=False)
-    del tails
+    finished = as_completed([], loop=collector.client.loop, with_results=True,
+                            raise_errors=False)
     stop, lost = threading.Event(), threading.Event()
     watchdog = threading.Thread(target=_no_workers_watchdog,
                                 args=(collector.client, stop, lost), daemon=True,
                                 name="accy-no-workers-watchdog")
     watchdog.start()
+    intake = _Intake(collector, finished, finish)
+    intake.take(first)
+    del first
+
+    def wake() -> None:
+        with finished.thread_condition:
+            finished.thread_condition.notify_all()
+
+    submitter.start(wake)
     try:
-        _collect_batches(collector, pending, finish, finished, lost)
+        _collect_batches(collector, intake, finish, finished, lost, submitter)
     finally:
+        submitter.stop()
         stop.set()
         finished.clear()  # a stopped batch (Ctrl-C) tracks no result any more
+    return intake.keys
+
+
+class _Intake:
+    """The collecting loop's side of the submitted parts: which plans wait on which
+    task, the tasks ``finished`` tracks, and the publications of the plans that
+    finished as they were (fully reused)."""
+
+    def __init__(self, collector: _Collector, finished: Any,
+                 finish: Callable[[VariantOutcome], None]) -> None:
+        self.collector, self.finished, self.finish = collector, finished, finish
+        self.pending: dict[Any, list[RefreshPlan]] = {}
+        self.keys: set[Any] = set()
+        self.publications: list[dict[str, Any]] = []
+
+    def take(self, part: _Part) -> None:
+        self.keys |= part.keys
+        for p in part.immediate:
+            o, pub = self.collector.collect(p, {}, None)
+            self.finish(o)
+            if pub:
+                self.publications.append(pub)
+        for key, plans in part.pending.items():
+            waiting = self.pending.get(key)
+            if waiting is not None:  # the same last task as an earlier chunk's, not yet back
+                waiting.extend(plans)
+            else:
+                self.pending[key] = list(plans)
+                self.finished.add(plans[0].tail)
+
+    def drain(self, submitter: _Submitter) -> None:
+        """Take every part the submitter has handed over; raise what stopped it."""
+        import queue
+
+        while True:
+            try:
+                part = submitter.parts.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(part, BaseException):
+                raise part
+            self.take(part)
 
 
 def _no_workers_watchdog(client: Any, stop: Any, lost: Any) -> None:
@@ -580,40 +690,58 @@ def _no_workers_watchdog(client: Any, stop: Any, lost: Any) -> None:
             return
 
 
-def _batches(finished: Any, lost: Any) -> Any:
+def _batches(finished: Any, lost: Any, intake: _Intake | None = None,
+             submitter: _Submitter | None = None) -> Any:
     """``finished.batches()``, polled, so that a lost cluster (``lost`` set by the
-    watchdog) ends the wait: one :class:`ClusterLost`, never a wait without bound."""
+    watchdog) ends the wait: one :class:`ClusterLost`, never a wait without bound.
+    While the ``submitter`` runs, each part it hands over joins through ``intake``
+    and the batch is not over."""
     from accy.distributed.graph import no_workers_wait
 
     # as_completed notifies this condition as each future lands (its own __next__ waits
-    # on it): woken at once, not up to a 10 ms poll after the last result
+    # on it), and the submitter after each part: woken at once, not up to a poll later
     arrived = getattr(finished, "thread_condition", None)
-    while not finished.is_empty():
+
+    def submitting() -> bool:
+        return submitter is not None and (submitter.running or not submitter.parts.empty())
+
+    while True:
+        if intake is not None and submitter is not None:
+            intake.drain(submitter)
         if finished.has_ready():
             yield finished.next_batch(block=False)
+        elif finished.is_empty() and not submitting():
+            if intake is not None and submitter is not None:
+                intake.drain(submitter)  # the last part, put just before it stopped
+            if finished.is_empty():
+                return
         elif lost is not None and lost.is_set():
             raise ClusterLost(f"the cluster had no workers for {no_workers_wait():g} s (all "
                               f"lost, or the scheduler is gone); {finished.count()} "
                               f"variant(s) of the batch had not finished")
         elif arrived is not None:
             with arrived:
-                if not finished.has_ready():
+                if not finished.has_ready() and (submitter is None
+                                                 or submitter.parts.empty()):
                     arrived.wait(timeout=0.05)
         else:
             time.sleep(0.01)
 
 
-def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]],
+def _collect_batches(collector: _Collector, intake: _Intake,
                      finish: Callable[[VariantOutcome], None], finished: Any,
-                     lost: Any = None) -> None:
+                     lost: Any = None, submitter: _Submitter | None = None) -> None:
     """Each group of finished chains: its variants' outcomes, published in groups by a
     :class:`_Publisher` while the next results are collected."""
     publications: list[dict[str, Any]] = []
     published: list[RefreshPlan] = []
     last_publish = time.monotonic()
     publisher = _Publisher(collector)
+    pending = intake.pending
     try:
-        for done in _batches(finished, lost):
+        for done in _batches(finished, lost, intake, submitter):
+            publications += intake.publications  # fully reused: nothing to release
+            intake.publications.clear()
             for f, result in done:
                 for p in pending.pop(f.key):
                     o, pub = collector.collect(p, *_outcome_of(f, result, p.tail_pick))
@@ -628,7 +756,7 @@ def _collect_batches(collector: _Collector, pending: dict[Any, list[RefreshPlan]
                                  or len(publications) >= PUBLISH_GROUP):
                 publisher.send(publications, published)
                 publications, published, last_publish = [], [], time.monotonic()
-        publisher.send(publications, published)
+        publisher.send(publications + intake.publications, published)
     except BaseException:
         publisher.close(cancel=True)  # a lost cluster, Ctrl-C: no queued publish waited on
         raise

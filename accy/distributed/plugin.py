@@ -7,7 +7,9 @@ The scheduler holds one cache state for the whole cluster:
   key, product fingerprint, plan fingerprint, elapsed ns, ``stored``, and the
   plugin's own ``pinned`` and ``version`` fields);
 - ``variants`` — variant id → the receipts / stage keys of its last successful
-  refresh and its fragment descriptor.
+  refresh and its fragment descriptor; a record published without ``fields``
+  gets each stage's key fields from that stage's entry (a publish need not
+  send them twice).
 
 A refresh publishes with compare-and-swap through the ``accy_publish``
 handler, which is synchronous (no ``await``), so nothing else runs on the
@@ -226,6 +228,11 @@ class AccyCachePlugin(SchedulerPlugin):
         for variant_id, record in (variants or {}).items():
             self.variants.pop(variant_id, None)
             record = self.variants[variant_id] = dict(record)
+            if "fields" not in record and "keys" in record:  # from the entries it names
+                found = ((stage, self.entries.get(k)) for stage, k in
+                         (record.get("keys") or {}).items())
+                record["fields"] = {stage: e.get("fields") for stage, e in found
+                                    if e is not None}
             self._latest[(str(record.get("program")), str(record.get("target")))] = variant_id
         self._enforce_state_bound()
         pinned = self._pin([to_dask_key(k) for k in keys or []])

@@ -15,6 +15,7 @@ from accy.distributed.batch import run_batch
 from accy.distributed.plugin import AccyCachePlugin
 from accy.distributed.resolve import latest_index, resolve
 from accy.distributed.state import fetch_state
+from accy.errors import AccyError
 from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.preparation.report import RECEIPT_ORDER
 from accy.store import ArtifactStore
@@ -494,8 +495,11 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     result = run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert len(chunks) >= 2 and sum(chunks) == len(variants)
     assert all(n % 2 == 0 for n in chunks)  # a prefix's two variants never apart
-    # the last round goes out in groups of half the grain (the workers end together)
-    assert grains[-1] == max(1, grains[0] // 2) and set(grains[:-1]) == {grains[0]}
+    # the first and last rounds go out in groups of half the grain (the cluster starts
+    # sooner, the workers end together)
+    full = max(grains)
+    assert len(chunks) >= 3 and grains[0] == grains[-1] == max(1, full // 2) < full
+    assert set(grains[1:-1]) == {full}
     assert [o.id for o in result.outcomes] == [v.id for v in variants]
     assert all(o.status == "ok" for o in result.outcomes)
     for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
@@ -509,6 +513,62 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     chunks.clear()
     run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert chunks == [len(variants)]  # a small batch is one graph
+
+
+def _chunked(monkeypatch: pytest.MonkeyPatch) -> list[Variant]:
+    from accy.distributed import batch
+
+    monkeypatch.setattr(batch, "CHUNKED_ABOVE", 8)
+    return [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)})
+            for r in range(8, 8 + 8 * 24, 8)]
+
+
+def test_the_first_results_are_collected_while_later_chunks_are_submitted(cluster, tmp_path,
+                                                                          monkeypatch):
+    """Later chunks go out from a thread of their own: a variant of the first chunk is
+    finished (reported, published) before the last chunk is submitted."""
+    import threading
+
+    from accy.distributed import batch
+
+    c, client = cluster
+    variants = _chunked(monkeypatch)
+    seen = threading.Event()
+    waited: list[bool] = []
+    real = batch._submit
+
+    def late(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if args[2] is not None:  # a later chunk (the first passes no collector)
+            waited.append(seen.wait(timeout=20))
+        return real(client, todo, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "_submit", late)
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"),
+                       on_done=lambda o: seen.set())
+    assert waited and all(waited)  # the collecting loop ran while the submitter waited
+    assert [o.status for o in result.outcomes] == ["ok"] * len(variants)
+    again = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert all(r.reused or r.skipped for o in again.outcomes for r in o.receipts)
+
+
+def test_a_failure_submitting_a_later_chunk_ends_the_batch_with_it(cluster, tmp_path,
+                                                                   monkeypatch):
+    """What stops the submitter thread (the scheduler gone, say) is raised by the batch,
+    which does not wait for the variants that were never submitted."""
+    from accy.distributed import batch
+
+    c, client = cluster
+    variants = _chunked(monkeypatch)
+    real = batch._submit
+
+    def broken(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if args[2] is not None:
+            raise AccyError("the scheduler went away")
+        return real(client, todo, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "_submit", broken)
+    with pytest.raises(AccyError, match="went away"):
+        run_batch(client, variants, store_url=str(tmp_path / "store"))
 
 
 def test_publishes_run_in_order_off_the_collecting_thread_and_a_failure_is_raised():

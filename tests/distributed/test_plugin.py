@@ -63,6 +63,21 @@ async def test_publish_is_compare_and_swap(c, s, a, b):
 
 
 @gen_cluster(client=True, nthreads=TWO_WORKERS, scheduler_kwargs=PRELOADED)
+async def test_a_record_without_fields_takes_them_from_the_entries_its_keys_name(c, s, a, b):
+    """A batch publishes each stage's key fields once, in its entry; the variant record
+    gets them from the entries, those of this publish and those published before."""
+    old = {"contract": {"stage": "contract", "input": "s0"}}
+    await publish(c, 0, {"aa01": entry("contract", "aa01", fields=old["contract"])}, {}, [])
+    tensor = {"stage": "tensor", "input": "f1"}
+    await publish(c, 1, {"bb02": entry("tensor", "bb02", fields=tensor)},
+                  {"v": {"keys": {"contract": "aa01", "tensor": "bb02", "dispatch": "gone"}},
+                   "w": {"keys": {"contract": "aa01"}, "fields": {"contract": {"own": 1}}}}, [])
+    state = await fetch_state(c)
+    assert state["variants"]["v"]["fields"] == {"contract": old["contract"], "tensor": tensor}
+    assert state["variants"]["w"]["fields"] == {"contract": {"own": 1}}  # sent: kept
+
+
+@gen_cluster(client=True, nthreads=TWO_WORKERS, scheduler_kwargs=PRELOADED)
 async def test_two_publishes_from_version_0_one_wins_and_the_loser_merges(c, s, a, b):
     async with Client(s.address, asynchronous=True) as other:
         first, second = await asyncio.gather(
