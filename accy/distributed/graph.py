@@ -590,6 +590,7 @@ def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any
         entries.append([steps, receipts, value])
     compiling = [i for i, (steps, _, value) in enumerate(entries)
                  if not isinstance(value, StageFailed) and any(s == "compile" for s, _ in steps)]
+    writes.start()  # the puts overlap the compile (NVRTC or cc, outside the GIL)
     for i, compiled in zip(compiling, compile_group([entries[i][2] for i in compiling],
                                                     store_url)):
         steps, receipts, _ = entries[i]
