@@ -213,3 +213,36 @@ def test_the_package_has_no_import_cycles():
         if v not in state and visit(v, []):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+def test_a_key_from_a_shared_template_is_the_key_of_its_whole_fields():
+    """``keyed`` splices one member into a template's cached canonical JSON: it must be
+    ``make_key`` of the same fields, wherever the name sorts and whatever the template
+    holds, and a template changed under the same id must not reuse the old text."""
+    from accy.distributed.graph import content_key, derived_key
+    from accy.preparation.keys import keyed, make_key
+    t = {"stage": "kernel", "version": "v", "options": {"block_size": 128, "s": [1, 2],
+                                                        "name": 'q"\\ü', "none": None}}
+    for name in ("after", "input", "opts", "stage2", "zzz", "a"):
+        for value in ("ab" * 16, "", 'x"y'):
+            assert keyed(t, name, value) == make_key(dict(t, **{name: value}))
+    assert keyed(t, "stage", "tensor") == make_key(dict(t, stage="tensor"))  # replaced
+    other = {"stage": "kernel", "version": "w", "options": {}}
+    assert keyed(other, "after", "00").hex != keyed(t, "after", "00").hex
+    opts = RunOptions.parse("cuda", {"kernel.block_size": 256})
+    shapes = {0: (8, 4096)}
+    for s in pipeline.preparation():
+        assert derived_key(s.name, "cd" * 16, opts, shapes) == s.derived_key("cd" * 16, opts,
+                                                                             shapes)
+        assert content_key(s.name, "ef" * 16, opts, shapes) == s.key("ef" * 16, opts, shapes)
+
+
+def test_options_hash_once_and_never_carry_the_hash_to_another_process():
+    import pickle
+
+    a = RunOptions.parse("cuda", {"kernel.block_size": 128})
+    b = RunOptions.parse("cuda", {"kernel.block_size": 256})
+    assert hash(a) == hash(RunOptions.parse("cuda", {"kernel.block_size": 128})) and a != b
+    assert "_hash" in a.__dict__
+    c = pickle.loads(pickle.dumps(a))
+    assert c == a and "_hash" not in c.__dict__ and hash(c) == hash(a)

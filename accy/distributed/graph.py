@@ -57,7 +57,7 @@ from accy.paths import user_dir
 from accy.pipeline import PREPARATION_NAMES, preparation
 from accy.pipeline import stage as table_stage
 from accy.preparation.admission import WriteBehind, read_back, read_stage_result, write
-from accy.preparation.keys import make_key
+from accy.preparation.keys import keyed
 from accy.preparation.options import RunOptions
 from accy.preparation.products import Product, SemanticModule
 from accy.preparation.stages import PreparationRequest, StageResult
@@ -244,14 +244,14 @@ def content_key(stage_name: str, input_fingerprint: str, options: RunOptions,
                 shapes: Any = None, template: dict[str, Any] | None = None) -> Any:
     """:meth:`accy.pipeline.Stage.key` (same fields, same key)."""
     t = template if template is not None else stage_template(stage_name, options, shapes)
-    return make_key(dict(t, input=input_fingerprint))
+    return keyed(t, "input", input_fingerprint)
 
 
 def derived_key(stage_name: str, after: str, options: RunOptions, shapes: Any = None,
                 template: dict[str, Any] | None = None) -> Any:
     """:meth:`accy.pipeline.Stage.derived_key` (same fields, same key)."""
     t = template if template is not None else stage_template(stage_name, options, shapes)
-    return make_key(dict(t, after=after))
+    return keyed(t, "after", after)
 
 
 # ------------------------------------------------------------------ worker tasks

@@ -378,6 +378,20 @@ class RunOptions:
     def __post_init__(self) -> None:
         self.kernel.check_target(self.target.backend)
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: a batch's client looks its key templates up
+        by options some twenty times a variant, and hashing the seven nested option sets
+        each time took 1.4 µs (0.25 once cached; a template lookup 1.75 → 0.69 µs, 2-core
+        machine). Never pickled: a string's hash differs between processes."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @staticmethod
     def parse(target: str | Target = "host", assignments: Iterable[str] | Mapping[str, Any] = ()) \
             -> RunOptions:
