@@ -73,7 +73,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops)
     """
 
     kind: str
@@ -140,6 +140,11 @@ class KernelPlan:
     """``mma-tiled``: the 16-byte-chunk XOR swizzle of the A and B tiles in shared memory,
     ``(a_shift, a_mask, b_shift, b_mask)``: a row ``r``'s chunk ``c`` sits at
     ``c ^ ((r >> shift) & mask)`` (``ldmatrix`` reads 8 rows free of bank conflicts)."""
+    packed_ops: str = ""
+    """``grid-stride`` vectors of halves: the f16/bf16 ops whose two adjacent lanes run
+    as one instruction on a 32-bit word of two halves (``bf16.add bf16.max …``, the
+    target's :func:`accy.target.packed.packed_ops`), each rounding as the f32 op
+    rounded does; the kernel's other ops run in f32 a lane at a time."""
 
     def __post_init__(self) -> None:
         if self.mapping not in MAPPINGS:

@@ -296,6 +296,11 @@ class ExprBuilder:
         self.prefix = prefix
         self.cuda = cuda
         self.load_hook = load_hook
+        self.value_hook: Callable[[Value, tuple[str, ...], Scope, int], str | None] | None = \
+            None
+        """Called as ``value_hook(value, idx, scope, lane)`` before an op result's own
+        expression; may return a C expression for it (a lane of a packed pair:
+        :class:`accy.target.packed.PairBuilder`) or None."""
         self.fast_math = fast_math
         self.bound: dict[Value, str] = {}
         """Values the kernel computed itself (row statistics, accumulators)."""
@@ -369,7 +374,11 @@ class ExprBuilder:
                 text = load_convert(raw, el)
         else:
             assert isinstance(v, OpResult)
-            text = self.op_expr(v.op, idx, scope, lane)
+            text = None
+            if self.value_hook is not None:
+                text = self.value_hook(v, idx, scope, lane)
+            if text is None:
+                text = self.op_expr(v.op, idx, scope, lane)
         if text.isidentifier() or _is_literal(text) or _is_lane(text):
             scope.memo[key] = text
             return text
@@ -378,7 +387,10 @@ class ExprBuilder:
         scope.memo[key] = name
         return name
 
-    def op_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int) -> str:
+    def op_expr(self, op: Operation, idx: tuple[str, ...], scope: Scope, lane: int,
+                rounded: bool = True) -> str:
+        """``op``'s result at ``idx``; an f16/bf16 result not ``rounded`` is left in float
+        for whatever rounds it (a store, a pack of two lanes)."""
         name = op.op_name.split(".", 1)[1]
         el = elem_of(op.results[0])
         if name in ("broadcast", "transpose"):
@@ -401,10 +413,11 @@ class ExprBuilder:
             return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
         if name == "cast":
             src = elem_of(op.operands[0])
-            return self.cast(args[0], src, el, op.results[0] not in self.stored_unrounded)
+            return self.cast(args[0], src, el,
+                             rounded and op.results[0] not in self.stored_unrounded)
         in_el = elem_of(op.operands[0])
         if in_el in ("f32", "f16", "bf16", "f64"):
-            return self.float_expr(op, args)
+            return self.float_expr(op, args, rounded)
         t = {"long long": "ll", "unsigned long long": "ull"}.get(COMPUTE[in_el], "int")
         table = UNARY_I if len(args) == 1 else BINARY_I
         if name not in table:
@@ -414,9 +427,9 @@ class ExprBuilder:
             text = f"((int)(({text}) != 0))"
         return round_compute(text, el)
 
-    def float_expr(self, op: Operation, args: list[str]) -> str:
+    def float_expr(self, op: Operation, args: list[str], rounded: bool = True) -> str:
         """A float elementwise op's expression on its operands' expressions ``args``,
-        rounded to its element type where that changes anything."""
+        rounded to its element type where that changes anything (and ``rounded``)."""
         name = op.op_name.split(".", 1)[1]
         el = elem_of(op.results[0])
         f = "f" if elem_of(op.operands[0]) != "f64" else ""
@@ -435,12 +448,18 @@ class ExprBuilder:
             text = f"__{name}f({args[0]})"
         else:
             text = table[name].format(*args, f=f, one=one, zero=zero)
-        if name in EXACT_OPS and el in ("f16", "bf16") and \
-                all(self.representable(o, el) for o in op.operands):
+        if self.picks_operand(op):
             return text  # picks or negates an operand already in its element type
-        if op.results[0] in self.stored_unrounded:
-            return text  # the store rounds it
+        if not rounded or op.results[0] in self.stored_unrounded:
+            return text  # the store (or a pack of two lanes) rounds it
         return round_compute(text, el)
+
+    def picks_operand(self, op: Operation) -> bool:
+        """Whether f16/bf16 float op ``op`` is one of :data:`EXACT_OPS` on operands
+        that are already numbers of its type: its value needs no rounding."""
+        el = elem_of(op.results[0])
+        return op.op_name.split(".", 1)[1] in EXACT_OPS and el in ("f16", "bf16") and \
+            all(self.representable(o, el) for o in op.operands)
 
     def half_demand(self, v: Value) -> bool:
         """Whether f32 ``v`` reaches the kernel's stores only through products,

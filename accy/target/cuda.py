@@ -5,7 +5,8 @@ helpers it needs are defined here; math functions and vector types are
 NVRTC built-ins). The launch table travels in a comment at the end.
 
 Kernels follow the kernel stage's plan: grid-stride elementwise loops with
-16-byte vector loads and stores; one block (or warp) per row with inputs
+16-byte vector loads and stores (two adjacent halves a 32-bit word through the
+ops the plan packs: :mod:`accy.target.packed`); one block (or warp) per row with inputs
 cached in registers and warp-shuffle reduction trees; shared-memory tiled
 matmul with the epilogue applied in registers; flash attention
 (:mod:`accy.target.attention`).
@@ -40,6 +41,8 @@ from accy.target.common import (
     strides_of,
     translation_unit,
 )
+from accy.target.packed import PairBuilder, half_lanes, round_pack
+from accy.target.packed import helpers as packed_helpers
 
 PRELUDE = r"""
 #define INFINITY __int_as_float(0x7f800000)
@@ -184,6 +187,7 @@ HELPERS = {
     "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }""",
+    **packed_helpers(),
     # a TMA tensor map as the loader encodes it (CUtensorMap: 128 opaque bytes), and a
     # wait on an mbarrier's phase of the given parity
     "accy_mbar_wait": r"""struct __align__(64) accy_tmap { unsigned long long w[16]; };
@@ -263,24 +267,22 @@ def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
     vt = HALF_WORDS[vec]
     lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
     for lane in range(vec):
-        word = _word(name, vec, lane // 2)
-        if el == "bf16":  # a bf16 is the top half of its float
-            bits = f"({word} << 16)" if lane % 2 == 0 else f"({word} & 0xffff0000u)"
-            lines.append(f"const float {name}_{lane} = __uint_as_float{bits};")
-        else:
-            half = f"(unsigned short){word}" if lane % 2 == 0 else \
-                f"(unsigned short)({word} >> 16)"
-            lines.append(f"const float {name}_{lane} = accy_h2f({half});")
+        value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
+        lines.append(f"const float {name}_{lane} = {value};")
     return lines
 
 
 def half_store(pointer: str, values: list[str], el: str) -> str:
     """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``."""
-    vec = len(values)
-    pack = "accy_pack_bf2" if el == "bf16" else "accy_pack_h2"
-    words = [f"{pack}({values[2 * w]}, {values[2 * w + 1]})" for w in range(vec // 2)]
-    vt = HALF_WORDS[vec]
-    value = words[0] if vec == 2 else f"make_{vt}({', '.join(words)})"
+    pack = round_pack(el)
+    return half_store_words(pointer, [f"{pack}({values[2 * w]}, {values[2 * w + 1]})"
+                                      for w in range(len(values) // 2)])
+
+
+def half_store_words(pointer: str, words: list[str]) -> str:
+    """Store ``words`` (two halves each, low lane first) as one vector at ``pointer``."""
+    vt = HALF_WORDS[2 * len(words)]
+    value = words[0] if len(words) == 1 else f"make_{vt}({', '.join(words)})"
     return f"*reinterpret_cast<{vt}*>({pointer}) = {value};"
 
 
@@ -295,6 +297,24 @@ class _Vectorizer:
         self.args: list[Value] = []
 
     def __call__(self, k: int, idx: tuple[str, ...], lane: int) -> str | None:
+        name = self.load(k, idx)
+        if name is None:
+            return None
+        if elem_of(self.args[k]) != "f32":
+            return f"{name}_{lane}"
+        return f"{name}.{LANES[lane]}"
+
+    def word(self, k: int, idx: tuple[str, ...], pair: int) -> str | None:
+        """The loaded word of halves holding lanes ``2·pair`` and ``2·pair + 1``
+        (:data:`accy.target.packed.Words`), or None."""
+        name = self.load(k, idx)
+        if name is None or elem_of(self.args[k]) == "f32":
+            return None
+        return _word(name, self.vec, pair)
+
+    def load(self, k: int, idx: tuple[str, ...]) -> str | None:
+        """The name of input ``k``'s vector at ``idx`` (loaded at its first read), or
+        None where it is not read as a vector."""
         if self.vec == 1 or not any(LANE in i for i in idx):
             return None
         arg = self.args[k]
@@ -323,9 +343,7 @@ class _Vectorizer:
                 self.scope_ref[0].lines += half_load(name, f"{b.inputs[k]} + ({base})",
                                                      self.vec, el)
             self.loaded[key] = name
-        if el != "f32":
-            return f"{self.loaded[key]}_{lane}"
-        return f"{self.loaded[key]}.{LANES[lane]}"
+        return self.loaded[key]
 
 
 def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
@@ -346,8 +364,15 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",)
     else:
         idx = tuple(names)
+    # two adjacent half lanes a word where the plan packs ops (accy.target.packed)
+    pairs = PairBuilder(b, list(k.body.ops), plan.packed_ops, vz.word) \
+        if vec > 1 and plan.packed_ops else None
     for oi, v in enumerate(yields):
         el = elem_of(v)
+        if pairs is not None and el != "f32":
+            body.append(half_store_words(f"{outs[oi]} + i", [
+                pairs.store_word(v, idx, scope, w) for w in range(vec // 2)]))
+            continue
         lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
         if vec > 1 and el != "f32":
             body.append(half_store(f"{outs[oi]} + i", lanes, el))

@@ -6,7 +6,9 @@ is compiled by the host C++ compiler under a small shim: ``float4`` and friends,
 ``__ldg`` a plain load, the half conversions (f16 through ``_Float16``, bf16 rounded
 to nearest even as ``cvt.rn`` does), one thread of the host per CUDA thread of a
 block, blocks one after another (the same threads, a barrier between blocks),
-``__syncthreads`` a ``std::barrier``, and ``__shfl_xor_sync`` an exchange through
+``__syncthreads`` a ``std::barrier``, the packed half ops (:mod:`accy.target.packed`)
+a lane at a time, each lane's result rounded to its type (:func:`packed_shim`), and
+``__shfl_xor_sync`` an exchange through
 memory between two barriers of its warp — which is right for kernels whose every
 thread of a warp reaches every shuffle (a warp-per-row kernel's warps past the last
 row return, whole). Dynamic shared memory is one static array, and a block's static
@@ -25,6 +27,7 @@ import tempfile
 import numpy as np
 
 from accy.target.cuda import erfc_half_helper, erfc_helper
+from accy.target.packed import PACKED, helper_name, helpers
 
 SHIM = r"""
 #include <barrier>
@@ -83,8 +86,57 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
 }
 #define __expf expf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = x | ((unsigned long long)y << 32); unsigned r = 0;
+  for (int n = 0; n < 4; ++n) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+  return r;
+}
 """ + erfc_helper("static inline", "t = 1.0f / u;") + "\n" + \
     erfc_half_helper("static inline", "t = 1.0f / u;", "exp2f") + "\n"
+
+CONVERT = {"bf16": ("accy_bf2f", "accy_pack_bf2"), "f16": ("accy_h2f", "accy_pack_h2")}
+"""A half type's conversion of one half to float and of two floats to a rounded word."""
+LANEWISE = {"add": "x + y", "sub": "x - y", "mul": "x * y"}
+"""Packed ops that round: the f32 op on each lane, rounded to the half type."""
+PICKS = {"max": "x > y || x != x", "min": "x < y || x != x", "relu": "x > 0.0f || x != x"}
+"""Packed ops that pick an operand: when the f32 path's condition holds, the first
+operand's half, else the second's (relu's: zero)."""
+
+
+def packed_shim() -> str:
+    """Host C++ for every packed helper: the ones spelled in inline PTX emulated a lane
+    at a time as the f32 path computes that lane (its own words where they are plain C:
+    ``neg``, ``abs``, ``accy_bits_bf2``)."""
+    plain = helpers("static inline")
+    lines = []
+    for (el, op), p in PACKED.items():
+        name = helper_name(op, el)
+        if "asm(" not in p.body:
+            lines.append(plain[name])
+            continue
+        to_f, pack = CONVERT[el]
+        args = "unsigned a, unsigned b" if p.arity == 2 else "unsigned a"
+        b = "b" if p.arity == 2 else "0u"
+        half = [f"const unsigned short a{h} = (unsigned short)(a >> {16 * h}), "
+                f"b{h} = (unsigned short)({b} >> {16 * h}); "
+                f"const float x{h} = {to_f}(a{h}), y{h} = {to_f}(b{h});" for h in (0, 1)]
+        if op in LANEWISE:
+            f = LANEWISE[op]
+            result = (f"return {pack}({f.replace('x', 'x0').replace('y', 'y0')}, "
+                      f"{f.replace('x', 'x1').replace('y', 'y1')});")
+        else:
+            c = PICKS[op]
+            result = ("return (unsigned)(" + c.replace("x", "x0").replace("y", "y0") +
+                      " ? a0 : b0) | ((unsigned)(" + c.replace("x", "x1").replace("y", "y1") +
+                      " ? a1 : b1) << 16);")
+        lines.append(f"static inline unsigned {name}({args}) {{\n  " + "\n  ".join(half) +
+                     f"\n  {result}\n}}")
+    for el, (to_f, pack) in CONVERT.items():
+        lines.append(f"static inline unsigned {helper_name('canon', el)}(unsigned a) {{\n"
+                     f"  return {pack}({to_f}((unsigned short)a), "
+                     f"{to_f}((unsigned short)(a >> 16)));\n}}")
+    lines.append(plain["accy_bits_bf2"])
+    return "\n".join(lines) + "\n"
 
 
 def available() -> bool:
@@ -114,7 +166,7 @@ def run(source: str, name: str, grid: int | tuple[int, int, int], threads: int,
     body = re.sub(r"^(\s*)__shared__ (__align__\(\d+\) )?", r"\1\2static ",
                   kernel_text(source, name).replace(
         "extern __shared__ __align__(16) float accy_smem[];", ""), flags=re.M)
-    text = SHIM + prelude + body + f"""
+    text = SHIM + packed_shim() + prelude + body + f"""
 extern "C" void accy_run(void** b, int threads) {{
   std::barrier<> bar(threads);
   accy_bar = &bar;

@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 from stage_programs import graph  # noqa: E402
 
+from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
@@ -41,7 +42,8 @@ def cubin(text: str) -> bytes:
 def test_half_elementwise_moves_sixteen_bytes_an_access(element: str, pack: str) -> None:
     text = source(graph("bias_gelu", element), {0: (8, 4096)})
     assert "reinterpret_cast<const uint4*>(in0" in text
-    assert f"*reinterpret_cast<uint4*>(out0 + i) = make_uint4({pack}(" in text
+    assert "*reinterpret_cast<uint4*>(out0 + i) = make_uint4(w" in text  # four words
+    assert text.count(f"= {pack}(") == 4  # gelu's two lanes rounded into one word
     assert f"unsigned int {pack}(float lo, float hi)" in text  # the helper it calls
     cubin(text)
 
@@ -58,11 +60,20 @@ def test_bf16_rounds_in_one_instruction() -> None:
 
 @pytest.mark.parametrize("element,rounding", [("bf16", "accy_f2bf("), ("f16", "accy_f2h(")])
 def test_half_ops_that_pick_an_operand_are_not_rounded(element: str, rounding: str) -> None:
-    """elementwise_chain: of its 14 ops neg, abs, max, relu and min return an operand
-    that is already a half number, so only the other 9 round, and the last of those,
-    sin, only through its store: 8 per lane, 8 lanes (the 4 packed stores round
-    through the pack helper)."""
-    text = source(graph("elementwise_chain", element), {0: (8, 4096), 1: (1, 4096)})
+    """elementwise_chain in f32 a lane at a time (its plan's ``packed_ops`` dropped: the
+    packed path is ``test_packed_halves``): of its 14 ops neg, abs, max, relu and min
+    return an operand that is already a half number, so only the other 9 round, and the
+    last of those, sin, only through its store: 8 per lane, 8 lanes (the 4 packed stores
+    round through the pack helper)."""
+    from accy.target.cuda import emit_kernels
+
+    module = prepare_through(graph("elementwise_chain", element), "kernel",
+                             RunOptions.parse(CUDA, []), {0: (8, 4096), 1: (1, 4096)}
+                             ).product.clone_module()
+    kernels = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
+    for k in kernels:
+        k.attributes.pop("packed_ops")
+    text = emit_kernels(kernels)
     body = text[text.index("__global__"):]
     assert body.count(rounding) == 8 * 8
     assert "(-t" in body and "fabsf(t" in body

@@ -275,14 +275,16 @@ def test_one_source_serves_every_row_count(name: str, cols: int, opts: tuple[str
 def test_elementwise_kernels_match_the_reference_on_the_cpu(element: str, rows: int,
                                                              vec: int) -> None:
     """bias_gelu's one kernel against the reference (blocks of 64 threads): in half
-    precision ``x + b`` is rounded, the result only by its store (rounding it before too
-    would be rounding twice to one type)."""
+    precision ``x + b`` is rounded (a packed add, two lanes an instruction), the result
+    only by its store (rounding it before too would be rounding twice to one type)."""
     sm = graph("bias_gelu", None if element == "f32" else element)
     job = cuda_job(sm, {0: (rows, 4096)}, (f"kernel.vector_width={vec}", "kernel.block_size=64"))
     [kernel] = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)]
     body = kernel_bodies(job)[kernel.sym_name]
     rounds = body.count("accy_bf2f(accy_f2bf(") + body.count("accy_h2f(accy_f2h(")
-    assert rounds == (0 if element == "f32" else 8)  # x + b's, a lane; not the gelu's
+    assert rounds == 0  # x + b's is the packed add's, not a lane's; not the gelu's
+    packed = body.count("accy_add_bf2(") + body.count("accy_add_h2(")
+    assert packed == (0 if element == "f32" else 4)  # 8 halves a vector, 2 a word
     rng = np.random.default_rng(5)
     x = rng.standard_normal((rows, 4096)).astype(np.float32)
     b = rng.standard_normal(4096).astype(np.float32)

@@ -7,8 +7,9 @@ plan, per kind, for CUDA:
 - elementwise: a **grid-stride** loop, ``vector_width`` elements per
   iteration (16-byte loads/stores when every buffer is a float (f32, f16,
   bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
-  math in f32), ``block_size`` threads, a vector a thread up to 4096 blocks, then two
-  (at most 16384 blocks: :data:`MAX_GRID_BLOCKS`);
+  math in f32, but for the half ops the arch runs two lanes an instruction:
+  ``packed_ops``), ``block_size`` threads, a vector a thread up to 4096 blocks, then
+  two (at most 16384 blocks: :data:`MAX_GRID_BLOCKS`);
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -72,6 +73,7 @@ from accy.preparation.options import (
     wgmma_tiles,
 )
 from accy.preparation.passes.memory import IDENTITY_READERS
+from accy.target.packed import packed_ops
 
 BLOCK_SIZE = 256
 """Threads a block where ``kernel.block_size`` is 0 (picked), but for row kernels whose
@@ -153,6 +155,20 @@ def _vector_elements(region: RegionOp, width: int) -> int:
     if width == 1 or not names <= {"f32", "f16", "bf16"}:
         return 1
     return width if "f32" in names else 2 * width
+
+
+def _packed_ops(region: RegionOp, sm: int) -> str:
+    """The f16/bf16 ops of ``region`` that compute capability ``sm`` runs two lanes an
+    instruction (:func:`accy.target.packed.packed_ops`), as ``el.op`` words."""
+    found = set()
+    for op in region.regions[0].blocks[0].ops:
+        if len(op.results) != 1 or not isinstance(op.results[0].type, TensorType):
+            continue
+        el = op.results[0].type.element.name
+        name = op.op_name.split(".", 1)[-1]
+        if name in packed_ops(el, sm):
+            found.add(f"{el}.{name}")
+    return " ".join(sorted(found))
 
 
 def _arena_offsets(func: FuncOp) -> dict[int, int]:
@@ -378,8 +394,13 @@ class PlanKernels(Pass):
             blocks = max(1, math.ceil(n / (vec * bs)))
             if blocks > MIN_GRID_BLOCKS:
                 blocks = min(MAX_GRID_BLOCKS, max(MIN_GRID_BLOCKS, math.ceil(blocks / 2)))
-            return {"mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
-                    "vector_width": vec, "shared_bytes": 0, "elements": n}
+            plan: dict[str, object] = {
+                "mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
+                "vector_width": vec, "shared_bytes": 0, "elements": n}
+            packed = _packed_ops(region, self.sm) if vec > 1 else ""
+            if packed:
+                plan["packed_ops"] = packed
+            return plan
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
             if _column_rows(region) and 0 < cols <= MAX_THREAD_ROW and rows >= MIN_THREAD_ROWS:
