@@ -224,9 +224,13 @@ class _Flash:
         val = f"__ldg(reinterpret_cast<const float4*>({ptr}))" if width == 4 else f"__ldg({ptr})"
         at = f"Qs[r * {self.lq} + c * {width}]"
         st = f"*reinterpret_cast<float4*>(&{at})" if width == 4 else at
-        return [f"for (int e = tid; e < {total}; e += {t}) {{",
-                f"  const int r = e / {cols}, c = e % {cols};",
-                f"  {st} = {_guarded(inside, val, zero)};",
+        # a count NVVM knows (each thread's share), unrolled by 4 as NVVM unrolled the
+        # strided loop from tid: four loads in flight, without that loop's remainder
+        guard = f"if (e < {total}) " if total % t else ""
+        return ["#pragma unroll 4",
+                f"for (int qi = 0; qi < {-(-total // t)}; ++qi) {{",
+                f"  const int e = tid + qi * {t}, r = e / {cols}, c = e % {cols};",
+                f"  {guard}{st} = {_guarded(inside, val, zero)};",
                 "}"]
 
     # -------------------------------------------------------------- compute
