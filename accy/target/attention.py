@@ -18,7 +18,14 @@ scale back out of the body and spell the kernel the plan describes:
   updates the running max, rescales its output accumulators and partial sums by
   ``exp(m_old − m_new)``, writes the probabilities transposed over K's tile and
   adds ``P·V``; at the end the partial sums are summed across the half-warp and
-  the output rows divided by them.
+  the output rows divided by them, in one ``__noinline__`` helper a kernel.
+
+NVRTC's time on this kernel (512×128×64) is its code's length, about half NVVM's
+and half ptxas': the key loop's online softmax is most of it (40 ``expf`` and 64
+max steps a tile at 8 rows × 4 keys), so what is not in the hot loops is spelled
+once — guards the extents make always true are not spelled, the row ends
+(divisions with their slow path, stores) are one helper, the max step one
+instruction from sm_80 on.
 """
 
 from __future__ import annotations
@@ -114,6 +121,12 @@ def _vec_type(n: int) -> str:
 _LANES = "xyzw"
 
 
+def _guarded(inside: list[str], value: str, zero: str) -> str:
+    """``value`` where every condition of ``inside`` holds, else ``zero``; ``value`` itself
+    where there is none (the tile lies inside the operand: no guard for NVRTC to spell)."""
+    return f"({' && '.join(inside)}) ? {value} : {zero}" if inside else value
+
+
 class _Flash:
     """The pieces of one ``flash`` kernel (:func:`emit_attention_cuda`)."""
 
@@ -165,7 +178,7 @@ class _Flash:
                 guard_e = total % t != 0 and i == per - 1
                 e = f"(tid + {i * t})"
                 r, c = f"({e} / {cols})", f"({e} % {cols})"
-                inside = [f"n0 + {r} < {n}"]
+                inside = [f"n0 + {r} < {n}"] if n % bn else []  # else r < bn: a key
                 if width == 1 and _ceil4(rows_len) != rows_len:
                     inside.append(f"{c} < {rows_len}")
                 if guard_e:
@@ -173,7 +186,7 @@ class _Flash:
                 ptr = f"{src} + (long long)(n0 + {r}) * {stride} + {c} * {width}"
                 val = f"__ldg(reinterpret_cast<const float4*>({ptr}))" if width == 4 else \
                     f"__ldg({ptr})"
-                load.append(f"{name}[{i}] = ({' && '.join(inside)}) ? {val} : {zero};")
+                load.append(f"{name}[{i}] = {_guarded(inside, val, zero)};")
                 at = f"{dst}[{r} * {dst_stride} + {c} * {width}]"
                 st = f"*reinterpret_cast<float4*>(&{at}) = {name}[{i}];" if width == 4 else \
                     f"{at} = {name}[{i}];"
@@ -188,11 +201,12 @@ class _Flash:
             for i in range(per):
                 e = f"(tid + {i * t})"
                 dd, r = f"({e} / {bn})", f"({e} % {bn})"
-                inside = [f"n0 + {r} < {n}", f"{dd} < {self.d}"]
+                inside = ([f"n0 + {r} < {n}"] if n % bn else []) + \
+                    ([f"{dd} < {self.d}"] if self.dp != self.d else [])
                 if total % t != 0 and i == per - 1:
                     inside.append(f"{e} < {total}")
-                load.append(f"lk[{i}] = ({' && '.join(inside)}) ? __ldg(Kg + (long long){dd} * "
-                            f"{n} + n0 + {r}) : 0.f;")
+                val = f"__ldg(Kg + (long long){dd} * {n} + n0 + {r})"
+                load.append(f"lk[{i}] = {_guarded(inside, val, '0.f')};")
                 st = f"Ks[{r} * {self.lq} + {dd}] = lk[{i}];"
                 store.append(f"if ({e} < {total}) {st}" if total % t else st)
         chunked("lv", "Vg", self.dv, self.dv, self.vec, "Vs", self.dvp)
@@ -204,15 +218,19 @@ class _Flash:
         cols = self.dp // width
         total = bm * cols
         zero = "make_float4(0.f, 0.f, 0.f, 0.f)" if width == 4 else "0.f"
-        inside = [f"m0 + r < {self.m}"] + ([f"c < {self.d}"] if width == 1 and
-                                            self.dp != self.d else [])
+        inside = ([f"m0 + r < {self.m}"] if self.m % bm else []) + \
+            ([f"c < {self.d}"] if width == 1 and self.dp != self.d else [])
         ptr = f"Qg + (long long)(m0 + r) * {self.d} + c * {width}"
         val = f"__ldg(reinterpret_cast<const float4*>({ptr}))" if width == 4 else f"__ldg({ptr})"
         at = f"Qs[r * {self.lq} + c * {width}]"
         st = f"*reinterpret_cast<float4*>(&{at})" if width == 4 else at
-        return [f"for (int e = tid; e < {total}; e += {t}) {{",
-                f"  const int r = e / {cols}, c = e % {cols};",
-                f"  {st} = ({' && '.join(inside)}) ? {val} : {zero};",
+        # a count NVVM knows (each thread's share), unrolled by 4 as NVVM unrolled the
+        # strided loop from tid: four loads in flight, without that loop's remainder
+        guard = f"if (e < {total}) " if total % t else ""
+        return ["#pragma unroll 4",
+                f"for (int qi = 0; qi < {-(-total // t)}; ++qi) {{",
+                f"  const int e = tid + qi * {t}, r = e / {cols}, c = e % {cols};",
+                f"  {guard}{st} = {_guarded(inside, val, zero)};",
                 "}"]
 
     # -------------------------------------------------------------- compute
@@ -250,7 +268,7 @@ class _Flash:
         the accumulators; the scores become unnormalized probabilities."""
         rm, rn, n = self.rm, self.rn, self.n
         ragged = n % self.bn != 0
-        mx_step = combine("max", "mx", "o_", "float")
+        mx_step = f"{self.k.sym_name}_max(mx, o_)"
         lines = ["#pragma unroll",
                  f"for (int r = 0; r < {rm}; ++r) {{",
                  "  #pragma unroll",
@@ -327,27 +345,77 @@ class _Flash:
         lines.append("}")
         return lines
 
+    def out_name(self) -> str:
+        return f"{self.k.sym_name}_out"
+
+    def live(self, col: str) -> str | None:
+        """How many of the four output columns from ``col`` of row ``i`` the kernel writes
+        (an expression), or None where every row and column is inside the output."""
+        row = f"i < {self.m}" if self.m % self.bm else None
+        if self.dv % 64 == 0:
+            cols = None
+        elif self.vec == 4:
+            cols = f"{col} < {self.dv}"
+        else:
+            cols = f"{self.dv} - ({col}) < 4 ? {self.dv} - ({col}) : 4"
+        if self.vec == 4:
+            conds = [c for c in (row, cols) if c is not None]
+            return f"({' && '.join(conds)}) ? 4 : 0" if conds else None
+        if row is None:
+            return cols
+        return f"{row} ? {cols or 4} : 0"
+
+    def max_helper(self) -> str:
+        """The running max's step: NaN-propagating like accy's ``max`` (:func:`combine`),
+        in one ``max.NaN`` from sm_80 on (three instructions else, 64 of them a key
+        tile at 8 rows: the max of a row's scores, its shuffle tree and the running
+        max). The two differ only in the sign of a zero maximum and in a NaN's payload:
+        the scores only ever have the maximum subtracted from them in ``exp``, where
+        ±0 make no difference."""
+        return "\n".join([
+            f"__device__ __forceinline__ float {self.k.sym_name}_max(float mx, float o_) {{",
+            "#if __CUDA_ARCH__ >= 800",
+            '  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(mx), "f"(o_)); return r;',
+            "#else",
+            f"  return {combine('max', 'mx', 'o_', 'float')};",
+            "#endif",
+            "}"])
+
+    def out_helper(self) -> str:
+        """The end of a row's four output columns: the row's partial sums summed across
+        its half-warp, the columns divided by the sum and stored. Once a kernel, not
+        inlined (``__noinline__``): its divisions, their slow path and the stores are
+        code NVRTC would otherwise spell for every row and group after the key loop; one
+        division, rolled over the four lanes, is the same ``a / l`` for each."""
+        guarded = self.live("0") is not None
+        head = f"__device__ __noinline__ void {self.out_name()}(float* dst, float4 a, float l" \
+            + (", const int live)" if guarded else ")")
+        lines = [head + " {",
+                 "  #pragma unroll",
+                 "  for (int o = 8; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);"]
+        if guarded:
+            lines.append("  if (live <= 0) return;")
+        lines += ["  #pragma unroll 1",
+                  "  for (int x = 0; x < 4; ++x) a = make_float4(a.y, a.z, a.w, a.x / l);"]
+        if self.vec == 4:
+            lines.append("  *reinterpret_cast<float4*>(dst) = a;")
+        else:
+            lines += [f"  {'if (live > ' + str(x) + ') ' if guarded and x else ''}dst[{x}] = "
+                      f"a.{_LANES[x]};" for x in range(4)]
+        return "\n".join([*lines, "}"])
+
     def finish(self) -> list[str]:
-        """The row sums across the half-warp, then each output row divided by its sum."""
+        """Each output row through :meth:`out_helper`, a call a group of 64 columns."""
         rm, dv = self.rm, self.dv
         lines = ["#pragma unroll",
                  f"for (int r = 0; r < {rm}; ++r) {{",
-                 "  float l = l_run[r];",
-                 "  #pragma unroll",
-                 "  for (int o = 8; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);",
-                 "  const int i = m0 + ty * " f"{rm} + r;",
-                 f"  if (i >= {self.m}) continue;",
-                 f"  float* orow = Og + (long long)i * {dv};"]
+                 f"  const int i = m0 + ty * {rm} + r;"]
         for g in range(self.groups):
             col = f"{g * 64} + tx * 4"
-            vals = [f"acc[r][{4 * g + x}] / l" for x in range(4)]
-            if self.vec == 4:
-                guard = f"if ({col} < {dv}) " if dv % 64 != 0 else ""
-                lines.append(f"  {guard}*reinterpret_cast<float4*>(orow + {col}) = "
-                             f"make_float4({', '.join(vals)});")
-            else:
-                for x in range(4):
-                    lines.append(f"  if ({col} + {x} < {dv}) orow[{col} + {x}] = {vals[x]};")
+            live = self.live(col)
+            vals = ", ".join(f"acc[r][{4 * g + x}]" for x in range(4))
+            lines.append(f"  {self.out_name()}(Og + (long long)i * {dv} + {col}, "
+                         f"make_float4({vals}), l_run[r]{', ' + live if live else ''});")
         lines.append("}")
         return lines
 
@@ -412,7 +480,8 @@ class _Flash:
 def emit_attention_cuda(k: KernelFuncOp, ins: list[str], outs: list[str], params: list[str],
                         fast_math: bool) -> tuple[str, list[str]]:
     """The ``flash`` kernel (see the module docstring); ``params`` is its parameter list."""
-    return _Flash(k, ins, outs, params, fast_math).emit(), []
+    flash = _Flash(k, ins, outs, params, fast_math)
+    return flash.emit(), [f"// {k.sym_name}'s helpers", flash.max_helper(), flash.out_helper()]
 
 
 __all__ = ["emit_attention_c", "emit_attention_cuda"]

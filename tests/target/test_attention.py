@@ -108,6 +108,11 @@ def test_the_flash_kernel_spells_its_plan():
     assert "-INFINITY;" in text and "t_ = -INFINITY" not in text  # no ragged keys here
     assert "0x1.0000000000000p-3f" in text  # the scale, exactly
     assert "expf(m_run[r] - mx)" in text and "__expf" not in text
+    # no guards where the tiles lie inside the operands (128 rows, 128 keys, 64 columns)
+    assert "? __ldg" not in text and "live" not in text
+    assert "max.NaN.f32" in text and "mx = k0_attention_max(mx, o_)" in text
+    assert "__device__ __noinline__ void k0_attention_out(" in text
+    assert text.count("k0_attention_out(Og + ") == 1  # one call a group, in the row loop
     launches = job.module.attributes["target.launches"].values
     assert launches[0].get("dynamic_shared").value == k.plan.dynamic_shared > 48 * 1024
     binary = compile_cuda(text, "sm_90")
@@ -119,6 +124,8 @@ def test_ragged_keys_are_masked_and_fast_math_uses_the_intrinsic():
                           RunOptions.parse(CUDA, ["target.fast_math=true"]), {}).product
     text = source(job)
     assert "if (n0 + tx + 16 * c >= 4097) t_ = -INFINITY;" in text
+    assert "(n0 + ((tid + 0) / 16) < 4097) ? __ldg(" in text  # the last key tile is ragged
+    assert "(i < 17) ? 4 : 0);" in text and "if (live <= 0) return;" in text  # and rows
     assert "__expf(s[r][c] - mx)" in text
     assert compile_cuda(text, "sm_90")[:4] == b"\x7fELF"
 
@@ -149,12 +156,22 @@ def test_flash_shapes_compile_for_sm_90(case):
 needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C++20)")
 
 
+def helpers(text: str, name: str) -> str:
+    """The kernel's helpers (``<name>_max``, ``<name>_out``: between their comment and
+    the kernel) as host C++."""
+    start = text.index(f"// {name}'s helpers")
+    return "#define __device__\n#define __noinline__\n#define __forceinline__ inline\n" + \
+        text[start:text.index('extern "C"', start)]
+
+
 def run_flash_on_cpu(sm, opts=()) -> float:  # type: ignore[no-untyped-def]
     job = cuda_job(sm, opts)
     (k,) = kernels(job)
     xs = arrays(sm)
     out = np.full(tuple(job.entry().function_type.results[0].shape), np.nan, np.float32)
-    cuda_on_cpu.run(source(job), k.sym_name, k.plan.grid[0], k.plan.block[0], xs + [out])
+    text = source(job)
+    cuda_on_cpu.run(text, k.sym_name, k.plan.grid[0], k.plan.block[0], xs + [out],
+                    prelude=helpers(text, k.sym_name))
     return rel_err(out, run_reference(sm.module, xs)[0])
 
 
