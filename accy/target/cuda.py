@@ -41,8 +41,9 @@ from accy.target.common import (
     strides_of,
     translation_unit,
 )
-from accy.target.packed import PairBuilder, half_lanes, round_pack
+from accy.target.packed import half_lanes, round_pack
 from accy.target.packed import helpers as packed_helpers
+from accy.target.pairs import PairBuilder
 
 PRELUDE = r"""
 #define INFINITY __int_as_float(0x7f800000)
