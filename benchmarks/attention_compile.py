@@ -1,7 +1,7 @@
 """Cold NVRTC time of the attention unit, this tree against a git revision, alternating;
 prints JSON.
 
-    python3 benchmarks/attention_compile.py [--base REV] [--repeats 9] [--phases]
+    python3 benchmarks/attention_compile.py [--base REV|DIR] [--repeats 9] [--phases]
         [--target cuda:sm_90a] [--option STAGE.NAME=VALUE]
 
 Each side's unit (``graphs/attention.mlir`` at 512×128×64, as
@@ -46,21 +46,30 @@ def unit(target: str, options: list[str]) -> tuple[str, str, tuple[str, ...]]:
 
 
 def base_source(rev: str, target: str, options: list[str]) -> str:
-    """The attention unit's source as revision ``rev`` spells it."""
+    """The attention unit's source as revision ``rev`` spells it (or, where ``rev`` is a
+    folder, as the accy tree there does: a machine with a copy of the checkout and no
+    git, like the GPU machine)."""
+    if os.path.isdir(rev):
+        return _tree_source(os.path.abspath(rev), target, options)
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        cmd = [sys.executable, os.path.join(tmp, "benchmarks", "attention_compile.py"),
-               "--emit", "--target", target, *(f"--option={o}" for o in options)]
-        if not os.path.exists(cmd[1]):  # a revision before this script: its own builder
-            cmd[1:] = ["-c", "import sys; sys.path[:0] = ['benchmarks', '.']; from cold_compile "
-                       "import QKV, target_job; print(target_job('graphs/attention.mlir', QKV, "
-                       f"'', {target!r}, {options!r}).module.attributes"
-                       "['target.source'].value, end='')"]
-        env = {**os.environ, "PYTHONPATH": tmp}
-        return subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True,
-                              text=True).stdout
+        return _tree_source(tmp, target, options)
+
+
+def _tree_source(tmp: str, target: str, options: list[str]) -> str:
+    """The attention unit's source as the accy tree in folder ``tmp`` spells it."""
+    cmd = [sys.executable, os.path.join(tmp, "benchmarks", "attention_compile.py"),
+           "--emit", "--target", target, *(f"--option={o}" for o in options)]
+    if not os.path.exists(cmd[1]):  # a revision before this script: its own builder
+        cmd[1:] = ["-c", "import sys; sys.path[:0] = ['benchmarks', '.']; from cold_compile "
+                   "import QKV, target_job; print(target_job('graphs/attention.mlir', QKV, "
+                   f"'', {target!r}, {options!r}).module.attributes"
+                   "['target.source'].value, end='')"]
+    env = {**os.environ, "PYTHONPATH": tmp}
+    return subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True,
+                          text=True).stdout
 
 
 def compile_once(source: str, arch: str, flags: tuple[str, ...],
@@ -101,7 +110,8 @@ def main() -> None:
     from kernels import check_options
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--base", default="HEAD", help="the git revision to compare against")
+    ap.add_argument("--base", default="HEAD",
+                    help="the git revision (or a folder holding an accy tree) to compare against")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--target", default="cuda:sm_90a")
     ap.add_argument("--option", action="append", default=[], metavar="STAGE.NAME=VALUE")
