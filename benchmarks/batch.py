@@ -98,6 +98,18 @@ def shared_variants(n: int, target: str, first_rows: int = 16) -> list[Any]:
     return out
 
 
+def warm_up_variants(workers: int, target: str) -> list[Any]:
+    """Both sides' warm-up: a round of distinct variants per process, then one variant of
+    every program under every kernel option combination, on shapes no measured set
+    uses. The second part makes every source the measured sets render known to NVRTC:
+    on the GPU machine NVRTC serves a source it compiled before, in any process, from a
+    cache of its own, so without it whichever side ran the shared sweep first paid for
+    its 144 sources cold (in the fifteenth session's visits accy, first in the first
+    repeat, ran that pass at 0.4–0.5× its later rate)."""
+    return (distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
+            + [_variant(prog, target, 4, opts) for prog in PROGRAMS for opts in KERNEL_AXES])
+
+
 def big_sweep(target: str) -> list[Any]:
     """5 row programs × 84 shapes × 4 block sizes × 3 vector widths × 2 fast-math."""
     return [_variant(prog, target, 8 * (k + 1) + 4, opts)
@@ -418,7 +430,7 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     from accy.distributed.local import local_cluster
     from accy.distributed.state import unpin
 
-    warm = distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
+    warm = warm_up_variants(workers, target)
     reps: list[dict[str, Any]] = []
     with local_cluster(workers, scheduler_process=own_scheduler) as cluster, \
             Client(cluster) as client, make_pool(workers) as pool:
@@ -629,7 +641,7 @@ def main() -> None:
         _write(out, args.output)
     for w in [] if args.repeats else args.workers:
         # warm-up: other shapes, one round per process
-        warm = distinct_variants(len(PROGRAMS) * w, tgt, first_rows=4)
+        warm = warm_up_variants(w, tgt)
         r: dict[str, Any] = {"workers": w, "variants": {k: len(v) for k, v in sets.items()}}
         r["accy"] = measure_accy(w, sets, warm, args.profile if w == args.workers[0] else None,
                                  own)

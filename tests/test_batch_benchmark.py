@@ -29,3 +29,17 @@ def test_only_compute_counts_and_the_edges_are_measured(batch):
 
 def test_an_empty_stream_has_no_tasks(batch):
     assert batch.stream_figures([], 0.0, 1.0, 4) == {"tasks": 0}
+
+
+def test_the_warm_up_renders_every_source_the_measured_sets_render(batch):
+    """Rows are launch scalars, so a program's source is its options': the warm-up must
+    hold every program under every kernel option set, on rows no measured set uses."""
+    warm = batch.warm_up_variants(2, "cuda")
+    seen = {(v.program, tuple(sorted(v.options.items()))) for v in warm}
+    for v in batch.shared_variants(len(batch.PROGRAMS) * len(batch.KERNEL_AXES) * 2, "cuda") \
+            + batch.distinct_variants(60, "cuda"):
+        assert (v.program, tuple(sorted(v.options.items()))) in seen
+    warm_rows = {shape[0] for v in warm for shape in v.shapes.values()}
+    measured = batch.distinct_variants(480, "cuda", first_rows=8 + 8000) \
+        + batch.shared_variants(480, "cuda", first_rows=16 + 8000)
+    assert not warm_rows & {shape[0] for v in measured for shape in v.shapes.values()}
