@@ -136,6 +136,7 @@ def local_cluster(workers: int | None = None, *, devices: list[str] | None = Non
     from accy.dashboard.api import routes_config
     from accy.distributed import PRELOAD, batch_cluster_config, default_workers
     from accy.distributed.quiet import PRELOAD as QUIET
+    from accy.distributed.quiet import SCRATCH_WARNING, python_warnings
 
     n = workers or default_workers()
     devices = gpu_devices() if devices is None else devices
@@ -157,10 +158,15 @@ def local_cluster(workers: int | None = None, *, devices: list[str] | None = Non
     specs = worker_specs(n, devices, processes=processes, options=wopts)
     # Dask reads the HTTP routes (/accy/api/stages) as the scheduler starts; another
     # cluster on the port moves the dashboard to a free one (client.dashboard_link)
-    with dask.config.set({**batch_cluster_config(), **(config or {})}), \
+    # the nannies' worker processes (their restarts too) and the scheduler's process
+    # start with the scratch-folder warning filtered (python_warnings says why)
+    quiet = {"distributed.nanny.pre-spawn-environ.PYTHONWARNINGS":
+             python_warnings(os.environ.get("PYTHONWARNINGS"))}
+    with dask.config.set({**batch_cluster_config(), **quiet, **(config or {})}), \
             dask.config.set(routes_config()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Port \d+ is already in use",
                                 category=UserWarning)
+        warnings.filterwarnings("ignore", message=SCRATCH_WARNING, category=UserWarning)
         try:
             return SpecCluster(workers=specs, scheduler={"cls": scheduler_cls, "options": sopts},
                                name="accy", silence_logs=logging.WARN)

@@ -105,6 +105,25 @@ def install() -> None:
                 handler.addFilter(_FILTER)
 
 
+SCRATCH_WARNING = "Creating scratch directories is taking a surprisingly long time"
+"""The start of Dask's warning when a server took over a second to set up its scratch
+folder. It means a network file system; on a loaded machine a local folder takes that
+long too (the 2-core test machine: 1.17 s, under the test suite), and a local cluster's
+folder is this machine's temporary one — there the warning only alarms."""
+
+
+def python_warnings(current: str | None = None) -> str:
+    """``PYTHONWARNINGS`` for the processes of accy's local cluster: ``current`` (the
+    user's) and a filter for :data:`SCRATCH_WARNING`, which a server raises while it is
+    built, before any preload runs (so it is set from the environment).
+
+    >>> python_warnings("default")
+    'default,ignore:Creating scratch directories is taking a surprisingly long time:UserWarning'
+    """
+    quiet = f"ignore:{SCRATCH_WARNING}:UserWarning"
+    return f"{current},{quiet}" if current else quiet
+
+
 def dask_setup(dask_server: Any) -> None:
     """Dask preload hook: install the filter in the worker's process, and let Ctrl-C
     at the terminal reach only the command: the local cluster's worker processes

@@ -26,6 +26,8 @@ from typing import Any
 import dask.config
 from distributed.deploy.spec import ProcessInterface
 
+from accy.distributed.quiet import python_warnings
+
 
 class SchedulerProcess(ProcessInterface):
     """A Dask scheduler in a child process, as a :class:`distributed.SpecCluster`'s
@@ -51,7 +53,8 @@ class SchedulerProcess(ProcessInterface):
         self.folder = tempfile.mkdtemp(prefix="accy-scheduler-")
         address_file = os.path.join(self.folder, "scheduler.json")
         env = dict(os.environ, DASK_INTERNAL_INHERIT_CONFIG=dask.config.serialize(
-            dask.config.global_config))
+            dask.config.global_config), PYTHONWARNINGS=python_warnings(
+                os.environ.get("PYTHONWARNINGS")))
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", "from accy.distributed.scheduler_process import serve_scheduler; "
             "import sys; serve_scheduler(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
