@@ -101,11 +101,11 @@ def shared_variants(n: int, target: str, first_rows: int = 16) -> list[Any]:
 def warm_up_variants(workers: int, target: str) -> list[Any]:
     """Both sides' warm-up: a round of distinct variants per process, then one variant of
     every program under every kernel option combination, on shapes no measured set
-    uses. The second part makes every source the measured sets render known to NVRTC:
-    on the GPU machine NVRTC serves a source it compiled before, in any process, from a
-    cache of its own, so without it whichever side ran the shared sweep first paid for
-    its 144 sources cold (in the fifteenth session's visits accy, first in the first
-    repeat, ran that pass at 0.4–0.5× its later rate)."""
+    uses. The second part makes every source the measured sets render known to NVRTC,
+    which on the GPU machine serves a source it compiled before, in any process, from a
+    cache of its own: no measured pass of either side compiles one cold. (It did not
+    remove the slow first shared pass of accy's: 327 variants/s against 480–654 later in
+    the fifteenth session's visit 5; RESULTS.md.)"""
     return (distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
             + [_variant(prog, target, 4, opts) for prog in PROGRAMS for opts in KERNEL_AXES])
 
