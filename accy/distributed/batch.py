@@ -522,13 +522,10 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
                           "nearest": resolution.get("nearest")}
         plans.append(plan_refresh(client, mod, req, resolution, store_url, gpu, graph,
                                   programs))
-    del answer
     # one message: every chain task of the batch (a CUDA chain fuses through compile
     # and load when every worker is a GPU worker; otherwise it splits there)
-    workers = client.scheduler_info().get("workers", {})
-    spread = {False: sorted(workers),
-              True: sorted(a for a, w in workers.items()
-                           if (w.get("resources") or {}).get("GPU", 0) > 0)}
+    spread = _spread(client, answer.get("workers"))
+    del answer
     futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grain, spread=spread,
                            restrict_gpu=not all_gpu)
     part = _Part({}, [], set(futures))
@@ -539,6 +536,16 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
         else:
             part.pending.setdefault(p.tail.key, []).append(p)
     return collector, part
+
+
+def _spread(client: Any, workers: dict[str, bool] | None) -> dict[bool, list[str]]:
+    """The workers a graph's readers are spread over, all and those with a GPU: from the
+    resolve answer (``workers``: address → has a GPU), else — a scheduler whose plugin
+    does not say — from the scheduler's identity (a round trip of its own)."""
+    if workers is None:
+        info = client.scheduler_info().get("workers", {})
+        workers = {a: (w.get("resources") or {}).get("GPU", 0) > 0 for a, w in info.items()}
+    return {False: sorted(workers), True: sorted(a for a, gpu in workers.items() if gpu)}
 
 
 class _Submitter:

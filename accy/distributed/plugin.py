@@ -179,6 +179,9 @@ class AccyCachePlugin(SchedulerPlugin):
                       compact=templates is not None)
         out["version"] = self.version
         out["all_gpu"] = bool(gpus) and all(gpus)
+        # where the batch spreads its readers: each worker and whether it has a GPU (the
+        # client asked the scheduler's identity for it, a round trip a chunk)
+        out["workers"] = {addr: gpu for addr, gpu in zip(workers, gpus)}
         return out if templates is not None else jsonable(out)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:

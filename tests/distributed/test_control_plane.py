@@ -571,6 +571,31 @@ def test_a_failure_submitting_a_later_chunk_ends_the_batch_with_it(cluster, tmp_
         run_batch(client, variants, store_url=str(tmp_path / "store"))
 
 
+def test_a_chunk_takes_its_workers_from_the_resolve_answer_not_a_round_trip_of_its_own(
+        cluster, tmp_path, monkeypatch):
+    """The resolve answer names each worker and whether it has a GPU; a chunk spreads its
+    readers over those, asking the scheduler's identity only of a plugin that does not
+    say (the batch's worker-thread count is asked once, before the first chunk)."""
+    from accy.distributed import batch
+
+    c, client = cluster
+    variants = _chunked(monkeypatch)
+    answer = client.sync(client.scheduler.accy_resolve, requests=[])
+    assert answer["workers"] == {a: False for a in client.scheduler_info()["workers"]}
+    asked: list[int] = []
+    real_info = type(client).scheduler_info
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(1)
+        return real_info(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(client), "scheduler_info", counted)
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert result.report()["summary"]["ok"] == len(variants)
+    assert len(asked) == 1  # the thread count; no chunk asked again
+    assert batch._spread(client, None) == {False: sorted(answer["workers"]), True: []}
+
+
 def test_publishes_run_in_order_off_the_collecting_thread_and_a_failure_is_raised():
     """The collecting loop hands each group to the publisher and goes on; the publishes
     keep their order, plans are released once theirs is published, and after a failed
