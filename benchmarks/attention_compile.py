@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,9 +74,10 @@ def _tree_source(tmp: str, target: str, options: list[str]) -> str:
 def compile_once(source: str, arch: str, flags: tuple[str, ...],
                  phases: bool) -> tuple[float, dict[str, float]]:
     """Seconds NVRTC took on ``source`` made unique, and (``phases``) its split in ms."""
+    from cold_compile import never_seen
     from cupy_backends.cuda.libs import nvrtc
 
-    unique = source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
+    unique = never_seen(source)
     with tempfile.TemporaryDirectory() as tmp:
         csv = os.path.join(tmp, "time.csv")
         opts = [f"-arch={arch}", "--std=c++17", *flags] + ([f"--time={csv}"] if phases else [])

@@ -62,6 +62,12 @@ def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, targ
                            RunOptions.parse(target, options or []), shapes).product
 
 
+def never_seen(source: str) -> str:
+    """``source`` with a fresh ``__device__`` variable appended: a unit NVRTC's host cache
+    cannot serve (the module docstring says why a comment is not enough)."""
+    return source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
+
+
 def main() -> None:
     from kernels import check_options  # this folder: the script's own, on sys.path
 
@@ -89,7 +95,7 @@ def main() -> None:
         flags = backend.flags(plan.fast_math)
         times = []
         for _ in range(args.repeats):
-            unique = source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
+            unique = never_seen(source)
             t = time.perf_counter()
             backend.compile(unique, "/tmp/accy-cold-ws", flags)
             times.append(time.perf_counter() - t)

@@ -626,7 +626,7 @@ def _collect(collector: _Collector, first: _Part, finish: Callable[[VariantOutco
 
     submitter.start(wake)
     try:
-        _collect_batches(collector, intake, finish, finished, lost, submitter)
+        _collect_batches(intake, finished, lost, submitter)
     finally:
         submitter.stop()
         stop.set()
@@ -697,8 +697,7 @@ def _no_workers_watchdog(client: Any, stop: Any, lost: Any) -> None:
             return
 
 
-def _batches(finished: Any, lost: Any, intake: _Intake | None = None,
-             submitter: _Submitter | None = None) -> Any:
+def _batches(finished: Any, lost: Any, intake: _Intake, submitter: _Submitter) -> Any:
     """``finished.batches()``, polled, so that a lost cluster (``lost`` set by the
     watchdog) ends the wait: one :class:`ClusterLost`, never a wait without bound.
     While the ``submitter`` runs, each part it hands over joins through ``intake``
@@ -710,16 +709,14 @@ def _batches(finished: Any, lost: Any, intake: _Intake | None = None,
     arrived = getattr(finished, "thread_condition", None)
 
     def submitting() -> bool:
-        return submitter is not None and (submitter.running or not submitter.parts.empty())
+        return submitter.running or not submitter.parts.empty()
 
     while True:
-        if intake is not None and submitter is not None:
-            intake.drain(submitter)
+        intake.drain(submitter)
         if finished.has_ready():
             yield finished.next_batch(block=False)
         elif finished.is_empty() and not submitting():
-            if intake is not None and submitter is not None:
-                intake.drain(submitter)  # the last part, put just before it stopped
+            intake.drain(submitter)  # the last part, put just before it stopped
             if finished.is_empty():
                 return
         elif lost is not None and lost.is_set():
@@ -728,18 +725,17 @@ def _batches(finished: Any, lost: Any, intake: _Intake | None = None,
                               f"variant(s) of the batch had not finished")
         elif arrived is not None:
             with arrived:
-                if not finished.has_ready() and (submitter is None
-                                                 or submitter.parts.empty()):
+                if not finished.has_ready() and submitter.parts.empty():
                     arrived.wait(timeout=0.05)
         else:
             time.sleep(0.01)
 
 
-def _collect_batches(collector: _Collector, intake: _Intake,
-                     finish: Callable[[VariantOutcome], None], finished: Any,
-                     lost: Any = None, submitter: _Submitter | None = None) -> None:
+def _collect_batches(intake: _Intake, finished: Any, lost: Any,
+                     submitter: _Submitter) -> None:
     """Each group of finished chains: its variants' outcomes, published in groups by a
     :class:`_Publisher` while the next results are collected."""
+    collector, finish = intake.collector, intake.finish
     publications: list[dict[str, Any]] = []
     published: list[RefreshPlan] = []
     last_publish = time.monotonic()
