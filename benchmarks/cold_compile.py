@@ -5,7 +5,10 @@ process, not once a kernel). Each unit is then compiled ``--repeats`` times, eac
 time with a new ``__device__`` variable appended: a comment is not enough, because
 NVRTC on the H200's host serves a source it compiled before — in any process —
 in ~14 ms when only comments differ. The six stages are timed once per program.
-Reports min / median / max seconds per unit.
+Reports min / median / max seconds per unit: ``nvrtc_s`` as a refresh compiles it
+(a unit of several kernels as one NVRTC program per kernel, at once:
+:func:`accy.executable.device.compile_cuda_parts`) and, for those, ``whole_unit_s``
+as one program.
 
     python3 benchmarks/cold_compile.py [--target cuda:sm_90a] [--repeats 3] [--option STAGE.NAME=VALUE]
 
@@ -63,15 +66,17 @@ def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, targ
 
 
 def never_seen(source: str) -> str:
-    """``source`` with a fresh ``__device__`` variable appended: a unit NVRTC's host cache
-    cannot serve (the module docstring says why a comment is not enough)."""
-    return source + f"\n__device__ int accy_cold_{uuid.uuid4().hex};\n"
+    """``source`` with a fresh ``__device__`` variable first: a unit NVRTC's host cache
+    cannot serve (the module docstring says why a comment is not enough). First, so
+    that each kernel's own program (``head + part``, the split compile) is new too."""
+    return f"__device__ int accy_cold_{uuid.uuid4().hex};\n" + source
 
 
 def main() -> None:
     from kernels import check_options  # this folder: the script's own, on sys.path
 
     from accy.executable.compile import FragmentPlan, fragment_backend
+    from accy.target.common import kernel_parts
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="cuda:sm_90a")
@@ -93,18 +98,30 @@ def main() -> None:
         backend, plan = fragment_backend(job), FragmentPlan.of(job)
         source = job.module.attributes["target.source"].value
         flags = backend.flags(plan.fast_math)
-        times = []
+        parts = len(kernel_parts(source)[1])
+        times: list[float] = []
+        whole: list[float] = []
         for _ in range(args.repeats):
             unique = never_seen(source)
             t = time.perf_counter()
-            backend.compile(unique, "/tmp/accy-cold-ws", flags)
+            backend.compile(unique, "/tmp/accy-cold-ws", flags, split=True)
             times.append(time.perf_counter() - t)
+            if parts > 1:  # the same unit as one program, for comparison
+                unique = never_seen(source)
+                t = time.perf_counter()
+                backend.compile(unique, "/tmp/accy-cold-ws", flags)
+                whole.append(time.perf_counter() - t)
         out["units"][name] = {"arch": backend.arch, "stages_s": round(stages, 3),
                               "nvrtc_s": [round(min(times), 3),
                                           round(statistics.median(times), 3),
                                           round(max(times), 3)],
                               "kernels": [launch.kernel for launch in plan.launches],
+                              "programs": max(parts, 1),
                               "flags": list(flags)}
+        if whole:
+            out["units"][name]["whole_unit_s"] = [round(min(whole), 3),
+                                                  round(statistics.median(whole), 3),
+                                                  round(max(whole), 3)]
         print(name, json.dumps(out["units"][name]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 

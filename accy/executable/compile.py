@@ -357,7 +357,7 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     ws = os.path.join(workspace, key.hex[:16]) if workspace else \
         private_subdir(f"fragment-{key.hex[:16]}-")
     os.makedirs(ws, exist_ok=True)
-    binary, src_path = backend.compile(source, ws, flags)
+    binary, src_path = backend.compile(source, ws, flags, split=True)
     elapsed = time.perf_counter_ns() - t0
     if not binary:
         raise FragmentCompileError("the compiler produced no binary", source_path=src_path)

@@ -26,8 +26,10 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from accy.errors import FragmentCompileError, FragmentLoadError
@@ -96,28 +98,106 @@ def compile_cuda(
     >>> compile_cuda(src, "sm_90", options=["-use_fast_math"])[:4]
     b'\\x7fELF'
     """
+    opts = (f"-arch={arch}", "--std=c++17", *options)
+    source_path = _saved_source(workspace, name, source)
+    cubin, failure = _nvrtc(source, name, opts)
+    if failure is None:
+        return cubin
+    error, log = failure
+    raise FragmentCompileError(
+        f"NVRTC failed to compile {name} for {arch} ({error})",
+        log=log,
+        options=opts,
+        source_path=lasting_source(source_path, name, source),
+    )
+
+
+CUBINS_TAG = b"accy-cubins"
+"""The first field of a binary that holds several cubins (:func:`compile_cuda_parts`)."""
+
+
+def compile_cuda_parts(
+    head: str,
+    parts: Sequence[str],
+    arch: str,
+    *,
+    options: Sequence[str] = (),
+    name: str = "fragment.cu",
+    workspace: str | None = None,
+) -> bytes:
+    """Compile the translation unit ``head + "".join(parts)`` as one NVRTC program per
+    part (``head + part``), the programs at once in threads (NVRTC runs without the
+    GIL): a unit of several kernels — the MLP's two matmuls — costs its slowest kernel's
+    compile rather than the sum of them all. ``head`` must hold everything the parts
+    use (:func:`accy.target.common.kernel_parts` splits a rendered unit so).
+
+    Returns one cubin when there is at most one part, else msgpack of
+    ``[CUBINS_TAG, [cubin, ...]]``, which :class:`CudaModule` loads as one module per
+    cubin. The whole source is what ``workspace`` keeps. If any part fails, the whole
+    unit compiles as one program, so the error (and its log) is the one
+    :func:`compile_cuda` gives for it.
+
+    Example
+    -------
+    >>> k = 'extern "C" __global__ void {}(float* x) {{ x[0] = 1; }}\\n'
+    >>> two = compile_cuda_parts("", [k.format("a"), k.format("b")], "sm_90")
+    >>> msgpack.unpackb(two)[0], [c[:4] for c in msgpack.unpackb(two)[1]]
+    (b'accy-cubins', [b'\\x7fELF', b'\\x7fELF'])
+    """
+    source = head + "".join(parts)
+    if len(parts) < 2:
+        return compile_cuda(source, arch, options=options, name=name, workspace=workspace)
+    opts = (f"-arch={arch}", "--std=c++17", *options)
+    _saved_source(workspace, name, source)
+    stem = name.rsplit(".", 1)[0]
+    with ThreadPoolExecutor(min(len(parts), os.cpu_count() or 1)) as pool:
+        runs = list(pool.map(lambda ip: _nvrtc(head + ip[1], f"{stem}.k{ip[0]}.cu", opts),
+                             enumerate(parts)))
+    if any(failure is not None for _, failure in runs):
+        return compile_cuda(source, arch, options=options, name=name, workspace=workspace)
+    return bytes(msgpack.packb([CUBINS_TAG, [cubin for cubin, _ in runs]],
+                               use_bin_type=True))
+
+
+def cubins(binary: bytes) -> list[bytes]:
+    """The cubins of a binary :func:`compile_cuda` or :func:`compile_cuda_parts` made.
+
+    >>> cubins(b"\\x7fELF...") == [b"\\x7fELF..."]
+    True
+    """
+    if binary[:4] == b"\x7fELF":
+        return [binary]
+    try:
+        tag, found = msgpack.unpackb(binary)
+    except Exception:  # noqa: BLE001 - not msgpack: a single binary
+        return [binary]
+    if tag != CUBINS_TAG or not isinstance(found, list):
+        return [binary]
+    return [bytes(c) for c in found]
+
+
+def _saved_source(workspace: str | None, name: str, source: str) -> str | None:
+    """Save ``source`` as ``<workspace>/<name>`` when there is a workspace; its path."""
+    if workspace is None:
+        return None
+    os.makedirs(workspace, exist_ok=True)
+    path = os.path.join(workspace, name)
+    write_atomic(path, source.encode())
+    return path
+
+
+def _nvrtc(source: str, name: str, opts: Sequence[str]) \
+        -> tuple[bytes, None] | tuple[bytes, tuple[Exception, str]]:
+    """One NVRTC program: its cubin and None, or no bytes and NVRTC's error and log."""
     from cupy_backends.cuda.libs import nvrtc
 
-    opts = (f"-arch={arch}", "--std=c++17", *options)
-    source_path = None
-    if workspace is not None:
-        os.makedirs(workspace, exist_ok=True)
-        source_path = os.path.join(workspace, name)
-        write_atomic(source_path, source.encode())
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
             nvrtc.compileProgram(prog, list(opts))
-            return _whole_cubin(prog, bytes(nvrtc.getCUBIN(prog)))
+            return _whole_cubin(prog, bytes(nvrtc.getCUBIN(prog))), None
         except nvrtc.NVRTCError as e:
-            log = nvrtc.getProgramLog(prog) or str(e)
-            source_path = lasting_source(source_path, name, source)
-            raise FragmentCompileError(
-                f"NVRTC failed to compile {name} for {arch} ({e})",
-                log=log,
-                options=opts,
-                source_path=source_path,
-            ) from None
+            return b"", (e, nvrtc.getProgramLog(prog) or str(e))
     finally:
         nvrtc.destroyProgram(prog)
 
@@ -405,7 +485,9 @@ def cuda_module(cubin: bytes) -> CudaModule:
 
 
 class CudaModule:
-    """A cubin loaded into the current CUDA device's context through CuPy.
+    """A cubin loaded into the current CUDA device's context through CuPy (a binary of
+    several cubins, :func:`compile_cuda_parts`, as one module each; a kernel is looked
+    up in each in turn).
 
     Kernel arguments are passed as CuPy passes them: a ``cupy.ndarray`` as the
     device address of its first element (a view's offset included), a
@@ -425,12 +507,15 @@ class CudaModule:
     def __init__(self, cubin: bytes) -> None:
         self._functions: dict[str, Any] = {}
         self._dynamic: dict[str, int] = {}
+        self._modules: list[Any] = []
         try:
             import cupy
 
             cupy.cuda.runtime.free(0)  # make the device's primary context current
-            self._module = cupy.cuda.function.Module()
-            self._module.load(bytes(cubin))
+            for one in cubins(cubin):  # several when the unit compiled in parts
+                module = cupy.cuda.function.Module()
+                module.load(one)
+                self._modules.append(module)
         except Exception as e:
             raise FragmentLoadError(f"cannot load cubin ({len(cubin)} bytes): {e}") from None
 
@@ -450,10 +535,14 @@ class CudaModule:
         """The kernel ``name`` (a ``cupy.cuda.function.Function``); cached."""
         fn = self._functions.get(name)
         if fn is None:
-            try:
-                fn = self._functions[name] = self._module.get_function(name)
-            except Exception as e:
-                raise FragmentLoadError(f"no kernel {name!r} in module: {e}") from None
+            error: Exception | None = None
+            for module in self._modules:
+                try:
+                    fn = self._functions[name] = module.get_function(name)
+                    return fn
+                except Exception as e:  # noqa: BLE001 - the next module may hold it
+                    error = e
+            raise FragmentLoadError(f"no kernel {name!r} in module: {error}") from None
         return fn
 
     def launch(

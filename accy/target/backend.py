@@ -99,8 +99,11 @@ class Backend:
     def compiler_identity(self) -> str:
         raise NotImplementedError
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
-        """Compile ``source``; return the binary and the source file's path."""
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...], *,
+                split: bool = False) -> tuple[bytes, str]:
+        """Compile ``source``; return the binary and the source file's path. ``split``: a
+        unit of several kernels may compile as one program per kernel, at once (where
+        the compiler allows it: CUDA)."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -133,7 +136,8 @@ class HostBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().host_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...], *,
+                split: bool = False) -> tuple[bytes, str]:
         import os
 
         so = self.device().compile_host(source, workspace, flags=flags, name="fragment")
@@ -187,11 +191,15 @@ class CudaBackend(Backend):
     def compiler_identity(self) -> str:
         return str(self.device().cuda_compiler_identity())
 
-    def compile(self, source: str, workspace: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+    def compile(self, source: str, workspace: str, flags: tuple[str, ...], *,
+                split: bool = False) -> tuple[bytes, str]:
         import os
 
-        binary = self.device().compile_cuda(source, self.sm, options=flags, name="fragment.cu",
-                                            workspace=workspace)
+        from accy.target.common import kernel_parts
+
+        head, parts = kernel_parts(source) if split else (source, [])
+        binary = self.device().compile_cuda_parts(head, parts, self.sm, options=flags,
+                                                  name="fragment.cu", workspace=workspace)
         return binary, os.path.join(workspace, "fragment.cu")
 
 

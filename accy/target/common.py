@@ -739,14 +739,36 @@ def reduce_init(kind: str, el: str) -> str:
     return REDUCE_INIT_I[kind].format(lo=lo, hi=hi)
 
 
+KERNEL_MARK = "// accy: a kernel from here to the next mark"
+"""The line :func:`translation_unit` writes before each kernel's text."""
+
+
 def translation_unit(head: list[str], kernels: list[Any],
                      emit: Callable[[Any], tuple[str, list[str]]]) -> str:
-    """``head``, then every kernel's constant tables, then the kernels' text."""
+    """``head``, then every kernel's constant tables, then the kernels' text, each after a
+    :data:`KERNEL_MARK` line: everything a kernel uses but its own text comes before the
+    first mark, so each kernel compiles on its own after it (:func:`kernel_parts`)."""
     tables: list[str] = []
     texts = []
     for k in kernels:
         text, tabs = emit(k)
         tables.extend(tabs)
-        texts.append(text)
+        texts.append(f"{KERNEL_MARK}\n{text}")
     return "\n".join([*head, *tables, *texts]) + "\n"
 
+
+def kernel_parts(source: str) -> tuple[str, list[str]]:
+    """A translation unit's shared head and its kernels' texts, split at the
+    :data:`KERNEL_MARK` lines :func:`translation_unit` wrote: ``head + part`` compiles to
+    that part's kernels alone, and ``head + "".join(parts) == source``. A unit without
+    marks is all head.
+
+    >>> head, parts = kernel_parts(f"h\\n{KERNEL_MARK}\\na\\n{KERNEL_MARK}\\nb\\n")
+    >>> head, [p.split("\\n")[1] for p in parts]
+    ('h\\n', ['a', 'b'])
+    """
+    mark = KERNEL_MARK + "\n"
+    head, *rest = source.split("\n" + mark)
+    if not rest:
+        return source, []
+    return head + "\n", [mark + part + "\n" for part in rest[:-1]] + [mark + rest[-1]]

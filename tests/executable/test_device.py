@@ -186,3 +186,43 @@ def test_cuda_module_errors():
         mod.launch("scale", (1, 1, 1), (1, 1, 1), [None, 2.0, 1])
     with pytest.raises(FragmentLoadError):
         device.CudaModule(b"not a cubin")
+
+
+TWICE_CU = 'extern "C" __global__ void {0}(float* x) {{ x[threadIdx.x] *= {1}; }}\n'
+
+
+def test_a_unit_compiles_in_parts_at_once(tmp_path):
+    """One NVRTC program per part: several cubins in one binary; the workspace keeps the
+    whole unit."""
+    head = "#define TWO 2.0f\n"
+    parts = [TWICE_CU.format("twice", "TWO"), TWICE_CU.format("thrice", "3.0f")]
+    binary = device.compile_cuda_parts(head, parts, "sm_90", workspace=str(tmp_path))
+    found = device.cubins(binary)
+    assert len(found) == 2 and all(c[:4] == b"\x7fELF" for c in found)
+    assert found[0] == device.compile_cuda(head + parts[0], "sm_90")
+    assert (tmp_path / "fragment.cu").read_text() == head + "".join(parts)
+    # one part (or none) is one program: a plain cubin
+    assert device.compile_cuda_parts(head, parts[:1], "sm_90")[:4] == b"\x7fELF"
+    assert device.cubins(found[1]) == [found[1]]
+
+
+def test_a_failing_part_reports_the_whole_unit(tmp_path):
+    parts = [TWICE_CU.format("twice", "2.0f"), TWICE_CU.format("broken", "undefined_name")]
+    with pytest.raises(FragmentCompileError) as e:
+        device.compile_cuda_parts("", parts, "sm_90", workspace=str(tmp_path))
+    assert "undefined_name" in e.value.log
+    assert e.value.source_path == str(tmp_path / "fragment.cu")
+
+
+@pytest.mark.gpu
+def test_a_unit_compiled_in_parts_loads_as_one_module():
+    import cupy
+
+    parts = [TWICE_CU.format("twice", "2.0f"), TWICE_CU.format("thrice", "3.0f")]
+    mod = device.CudaModule(device.compile_cuda_parts("", parts, device.local_arch()))
+    x = cupy.ones(32, dtype=cupy.float32)
+    mod.launch("twice", (1, 1, 1), (32, 1, 1), [x])
+    mod.launch("thrice", (1, 1, 1), (32, 1, 1), [x])
+    assert x.get().tolist() == [6.0] * 32
+    with pytest.raises(FragmentLoadError, match="missing"):
+        mod.get_function("missing")

@@ -11,6 +11,7 @@ import pytest
 from accy.errors import FragmentCompileError
 from accy.executable.cache import FragmentCompilerCache
 from accy.executable.compile import compile_fragment
+from accy.executable.device import cubins
 from accy.pipeline import prepare_through
 from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
@@ -111,7 +112,11 @@ def test_every_graph_compiles_to_a_cubin(path: str, tmp_path) -> None:  # type: 
     _, shapes = _inputs(sm, 64)
     job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90"), shapes).product
     compiled = compile_fragment(job, str(tmp_path))  # type: ignore[arg-type]
-    assert compiled.binary[:4] == b"\x7fELF"
+    # one cubin a kernel: a refresh compiles a unit's kernels as programs of their own
+    kernels = {launch.kernel for launch in compiled.plan.launches}
+    found = cubins(compiled.binary)
+    assert len(found) == len(kernels) and all(c[:4] == b"\x7fELF" for c in found)
+    assert (compiled.binary[:4] == b"\x7fELF") == (len(kernels) == 1)
     assert compiled.plan.language == "cuda" and compiled.plan.launches
 
 
@@ -197,7 +202,8 @@ def test_option_variants_compile_to_cubins(name: str, options: tuple[str, ...],
     sm = SemanticModule.from_file(os.path.join(ROOT, "graphs", name))
     _, shapes = _inputs(sm, 48)
     job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90", options), shapes).product
-    assert compile_fragment(job, str(tmp_path)).binary[:4] == b"\x7fELF"  # type: ignore[arg-type]
+    binary = compile_fragment(job, str(tmp_path)).binary  # type: ignore[arg-type]
+    assert all(c[:4] == b"\x7fELF" for c in cubins(binary))
 
 
 @pytest.mark.parametrize("target", ["host", pytest.param("cuda", marks=pytest.mark.gpu)])

@@ -281,15 +281,18 @@ def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore
 
 
 def test_warpgroup_tile_width_follows_the_shape() -> None:
-    """``wgmma_tile_n`` 0: 256 columns while the grid keeps a wave of 128 blocks."""
+    """``wgmma_tile_n`` 0: 256 columns where K is long and the grid keeps a wave of 128
+    blocks."""
     from accy.preparation.options import wgmma_tiles
 
-    assert wgmma_tiles(128, 0, 4096, 4096, 1) == (128, 256)  # 32 × 16 blocks
-    assert wgmma_tiles(128, 0, 2048, 2048, 1) == (128, 256)  # 16 × 8: still a wave
-    assert wgmma_tiles(128, 0, 2048, 1024, 1) == (128, 128)  # 16 × 4 would be too few
-    assert wgmma_tiles(128, 0, 2048, 1024, 2) == (128, 256)
-    assert wgmma_tiles(256, 0, 4096, 4096, 1) == (256, 128)
-    assert wgmma_tiles(128, 128, 4096, 4096, 1) == (128, 128)
+    assert wgmma_tiles(128, 0, 4096, 4096, 4096, 1) == (128, 256)  # 32 × 16 blocks
+    assert wgmma_tiles(128, 0, 2048, 2048, 2048, 1) == (128, 256)  # 16 × 8: still a wave
+    assert wgmma_tiles(128, 0, 2048, 1024, 2048, 1) == (128, 128)  # 16 × 4: too few
+    assert wgmma_tiles(128, 0, 2048, 1024, 2048, 2) == (128, 256)
+    assert wgmma_tiles(128, 0, 4096, 4096, 1024, 1) == (128, 128)  # too shallow
+    assert wgmma_tiles(256, 0, 4096, 4096, 4096, 1) == (256, 128)
+    assert wgmma_tiles(128, 128, 4096, 4096, 4096, 1) == (128, 128)
+    assert wgmma_tiles(128, 256, 4096, 4096, 64, 1) == (128, 256)  # asked for
 
 
 def test_shapes_off_the_warpgroup_tiles_fall_back_to_mma_sync() -> None:
@@ -315,11 +318,32 @@ def test_warpgroup_shared_memory_is_checked_against_the_target() -> None:
 
 def test_the_mlp_block_in_bf16_runs_both_matmuls_on_warpgroups() -> None:
     text = hopper_source(graph("mlp", "bf16"), {0: (4096, 256)})
-    # 4096×1024 in 128×256 blocks (128 of them), 4096×256 in 128×128 (64)
-    # one wgmma a k-step of 16, four a 64-deep stage, each spelled out
-    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 4
-    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 4
+    # 4096×1024 (K 256) and 4096×256 (K 1024) in 128×128 blocks: too shallow for 256
+    # columns; one wgmma a k-step of 16, four a 64-deep stage, each spelled out
+    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 0
+    assert text.count("wgmma.mma_async.sync.aligned.m64n128k16") == 8
+    wide = hopper_source(graph("mlp", "bf16"), {0: (4096, 256)}, ("kernel.wgmma_tile_n=256",))
+    assert wide.count("wgmma.mma_async.sync.aligned.m64n256k16") == 8
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
+
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_a_unit_of_two_kernels_splits_into_programs_that_compile_alone(element: str) -> None:
+    """What a refresh compiles at once: the head (helpers, tables) and one part a kernel,
+    each ``head + part`` a unit NVRTC compiles to that kernel alone."""
+    from accy.executable.device import compile_cuda_parts, cubins
+    from accy.target.common import kernel_parts
+
+    text = hopper_source(graph("mlp", element), {0: (4096, 256)})
+    head, parts = kernel_parts(text)
+    assert head + "".join(parts) == text and len(parts) == 2
+    assert "__global__" not in head
+    for name, part in zip(("k0_matmul", "k1_matmul"), parts):
+        assert part.count("__global__") == 1 and f" {name}(" in part
+    found = cubins(compile_cuda_parts(head, parts, "sm_90a"))
+    assert len(found) == 2
+    assert found[1] == compile_cuda(head + parts[1], "sm_90a")
 
 
 # ------------------------------------------------------------ f32 FFMA matmul

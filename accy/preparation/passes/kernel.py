@@ -480,7 +480,7 @@ class PlanKernels(Pass):
         kind = el.pop()
         if not _vector_aligned(region, offsets, 4):
             return None
-        wm, wn = wgmma_tiles(*self.wgmma_tile, m, n, batch)
+        wm, wn = wgmma_tiles(*self.wgmma_tile, m, n, k, batch)
         if self.wgmma and not (m % wm or n % wn or k % WGMMA_TILE_K):
             # the TMA reads A as [batch·M, K] and B as [batch·K, N] (no tile straddles a
             # batch): a map is (launch-buffer position, rows, cols, box rows, box cols)
