@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from stage_programs import GRAPHS, graph, graph_shapes, offset_matmul, program
+from stage_programs import GRAPHS, graph, graph_shapes, offset_matmul, program, with_element
 
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.pipeline import PREPARATION_NAMES as STAGES
@@ -105,7 +105,9 @@ def test_half_rows_are_vectorized(element):
     sm = graph("softmax", element)
     (p,) = plans(kernel(sm, {0: (8, 4096)}))
     assert p["mapping"] == "block-per-row" and p["vector_width"] == 8
-    assert p["items"] == 4096 // (256 * 8) and p["cached_inputs"] == (0,)
+    # softmax's sum reads its max: a chained half row, 128 threads (CHAINED_HALF_BLOCK)
+    assert p["block"] == (128, 1, 1)
+    assert p["items"] == 4096 // (128 * 8) and p["cached_inputs"] == (0,)
     (p,) = plans(kernel(sm, {0: (8, 2048)}))  # 32 lanes · 8 halves · 8 items
     assert p["mapping"] == "warp-per-row" and p["vector_width"] == 8
 
@@ -148,7 +150,7 @@ def test_long_rows_are_a_block_per_row_with_the_row_cached():
 
 @pytest.mark.parametrize("cols,element,block", [
     (2048, "f32", 256), (4096, "f32", 512), (8192, "f32", 512), (16384, "f32", 512),
-    (32768, "f32", 1024), (4096, "bf16", 256), (8192, "f16", 256), (16384, "bf16", 512),
+    (32768, "f32", 1024), (4096, "bf16", 128), (8192, "f16", 256), (16384, "bf16", 512),
 ])
 def test_a_block_per_row_kernel_sizes_its_block_by_its_row(cols, element, block):
     (p,) = plans(kernel(graph("softmax", element), {0: (8, cols)}))
@@ -156,6 +158,36 @@ def test_a_block_per_row_kernel_sizes_its_block_by_its_row(cols, element, block)
     assert bool(p["cached_inputs"]) == (cols <= 32 * block)
     (p,) = plans(kernel(graph("softmax", element), {0: (8, cols)}, ["kernel.block_size=256"]))
     assert p["block"] == (256, 1, 1)  # an explicit block size is kept
+
+
+@pytest.mark.parametrize("name,element,block", [
+    ("softmax", "bf16", 128), ("layernorm", "f16", 128), ("dynamic", "bf16", 128),
+    ("rmsnorm", "bf16", 256),  # one reduction
+    ("residual_norm", "f16", 256),  # chained, but two streamed rows: 64 values at 128
+    ("layernorm", "f32", 512),  # f32 rows: 8 values a thread
+])
+def test_half_rows_whose_reductions_chain_take_fewer_threads(name, element, block):
+    """A reduction that reads another's result waits at a block-wide barrier per link:
+    rows of halves whose reductions chain take 128 threads (32 values a thread), while
+    a thread's values of every streamed row fit its registers."""
+    text = GRAPHS[0].parent.joinpath(f"{name}.mlir").read_text().replace("1024", "4096")
+    sm = SemanticModule.from_text(with_element(text, element))  # at 4096, as benchmarked
+    shapes = {i: (8192, 4096) if len(t.shape) == 2 else (4096,)
+              for i, t in enumerate(sm.entry().function_type.inputs)}
+    rows = [p for p in plans(kernel(sm, shapes)) if p["kind"] == "rows"]
+    assert rows and all(p["block"] == (block, 1, 1) for p in rows)
+    assert all(p["cached_inputs"] and p["items"] * p["vector_width"] * block == 4096
+               for p in rows)
+
+
+def test_sibling_half_reductions_keep_the_block():
+    """The reductions program's row sum and row min of one input do not chain."""
+    text = GRAPHS[0].parent.joinpath("reductions.mlir").read_text()
+    sm = SemanticModule.from_text(with_element(text.replace("64x128", "8192x4096").replace(
+        "tensor<64xf32>", "tensor<8192xf32>").replace("1x128xf32", "1x4096xf32"), "bf16"))
+    (p,) = [p for p in plans(kernel(sm)) if p["kind"] == "rows" and p["cols"] == 4096
+            and p["rows"] == 8192]
+    assert p["block"] == (256, 1, 1)
 
 
 def test_layernorm_caches_the_row_but_not_the_broadcast_vectors():

@@ -138,6 +138,31 @@ def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
     assert max_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
 
 
+# ---------------------------------------- half rows whose reductions chain
+
+
+@needs_cxx
+@pytest.mark.parametrize("name,element", [
+    ("softmax", "bf16"), ("layernorm", "f16"), ("dynamic", "bf16"), ("softmax", "f16"),
+])
+def test_a_chained_half_row_on_128_threads_matches_the_reference_on_the_cpu(
+        name: str, element: str) -> None:
+    """32 values of the row a thread, four warps a block (the kernel stage's rule for
+    halves whose reductions chain), against the reference in one half ulp's tolerance."""
+    sm = graph(name, element)
+    rng = np.random.default_rng(7)
+    inputs = []
+    for t in sm.entry().function_type.inputs:
+        shape = tuple(3 if d is None else d for d in t.shape)
+        shape = (3, 4096) if len(shape) == 2 else (4096,)
+        x = rng.standard_normal(shape).astype(np.float32) * 2
+        inputs.append(x.astype(np.float16) if element == "f16" else x)
+    job = cuda_job(sm, {i: x.shape for i, x in enumerate(inputs)})
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.block == (128, 1, 1) and k.plan.cached_inputs == (0,)
+    assert max_error(job, sm, inputs) <= TOLERANCE[element]
+
+
 # ------------------------------------------- reductions over one or both axes
 
 

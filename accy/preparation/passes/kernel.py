@@ -54,7 +54,7 @@ from accy.choir.attributes import (
     TensorType,
 )
 from accy.choir.builtin import FuncOp
-from accy.choir.ir import Block, Operation, Value
+from accy.choir.ir import Block, Operation, OpResult, Value
 from accy.choir.passes import Pass, PassContext
 from accy.dialects.attention import match_in
 from accy.dialects.dispatch import RegionOp
@@ -82,10 +82,18 @@ ROW_VALUES_PER_THREAD = 8
 """The values of its row a thread of an f32 block-per-row kernel holds (512 threads for
 rows of 4096). On the H200 (softmax, layernorm and the dynamic row program, rows of 2048
 to 16384 values, 128 to 1024 threads; RESULTS.md "Eleventh session") that was the
-fastest block size, or within 2 % of it, at every row length. Rows of halves keep
-:data:`BLOCK_SIZE`: at 4096 values 128 threads (32 a thread) made softmax and the
-dynamic program 8–14 % faster but rmsnorm 3 % slower, and 512 threads (8 a thread)
-made the reductions program 20 % slower."""
+fastest block size, or within 2 % of it, at every row length. Rows of halves take
+:data:`BLOCK_SIZE`, or :data:`CHAINED_HALF_BLOCK` where one reduction reads another's
+result: at 4096 values 128 threads (32 a thread) made softmax and the dynamic program
+8–17 % faster but rmsnorm (one reduction) up to 3 % slower, and 512 threads (8 a thread)
+made the reductions program (sibling reductions) 20 % slower."""
+CHAINED_HALF_BLOCK = 128
+"""Threads of a block-per-row kernel over halves whose reductions form a chain (a
+reduction of a value that another reduction's result feeds: softmax's sum after its
+max, layernorm's variance after its mean): each link waits at a block-wide barrier for
+a tree over the block's warps, and four warps wait less than eight. On the H200
+(RESULTS.md "Eighteenth session", rows of 4096, 128 against 256 threads) the dynamic
+program ran 14–17 % faster, layernorm 1 % faster, rmsnorm (one reduction) 0.5 % slower."""
 MIN_GRID_BLOCKS = 4096
 MAX_GRID_BLOCKS = 16384
 """An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
@@ -105,23 +113,35 @@ MIN_THREAD_ROWS = 16384
 """Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
 
 
-def row_block_size(cols: int, element_bytes: int) -> int:
+def row_block_size(cols: int, element_bytes: int, chained: bool = False,
+                   streamed: int = 1) -> int:
     """Threads of a block-per-row kernel over rows of ``cols`` values of
     ``element_bytes`` each (its widest streamed input): for an f32 row a power of two
-    giving a thread :data:`ROW_VALUES_PER_THREAD` values, 128 to 512 threads; for any
-    other :data:`BLOCK_SIZE`; in both, up to 1024 while that keeps
-    a thread's values within :data:`MAX_CACHED_PER_THREAD` (registers), past which every
-    phase reads the row again (softmax over rows of 16384 floats: 2289 GB/s at 256
-    threads, 3872 at 512).
+    giving a thread :data:`ROW_VALUES_PER_THREAD` values, 128 to 512 threads; for a row
+    of halves :data:`BLOCK_SIZE`, or when its reductions are ``chained``
+    :data:`CHAINED_HALF_BLOCK`, doubled up to :data:`BLOCK_SIZE` while a thread would
+    hold more than :data:`MAX_CACHED_PER_THREAD` values of its ``streamed`` inputs
+    together (two rows of 32 values a thread are more registers than the fewer warps
+    save); in all, up to 1024 while that keeps a thread's values of an input within
+    :data:`MAX_CACHED_PER_THREAD` (registers), past which every phase reads the row
+    again (softmax over rows of 16384 floats: 2289 GB/s at 256 threads, 3872 at 512).
 
     >>> row_block_size(4096, 4), row_block_size(4096, 2), row_block_size(2048, 4)
     (512, 256, 256)
     >>> row_block_size(16384, 2), row_block_size(32768, 4), row_block_size(10**6, 4)
     (512, 1024, 1024)
+    >>> row_block_size(4096, 2, chained=True), row_block_size(8192, 2, chained=True)
+    (128, 256)
+    >>> row_block_size(4096, 2, chained=True, streamed=2)
+    256
     """
     if element_bytes == 4:
         want = max(1, cols // ROW_VALUES_PER_THREAD)
         bs = min(512, max(128, 1 << (want.bit_length() - 1)))
+    elif chained:
+        bs = CHAINED_HALF_BLOCK
+        while bs < BLOCK_SIZE and cols * streamed > bs * MAX_CACHED_PER_THREAD:
+            bs *= 2
     else:
         bs = BLOCK_SIZE
     while bs < 1024 and cols > bs * MAX_CACHED_PER_THREAD:
@@ -134,12 +154,36 @@ def _element_bytes(op: Operation) -> int:
     return t.element.nbytes if isinstance(t, TensorType) else 4
 
 
+def _chained_reductions(region: RegionOp) -> bool:
+    """Whether some reduction of the row region reads (through any ops) another
+    reduction's result: softmax, layernorm — not rmsnorm (one), not sibling reductions
+    of the same input."""
+    for op in region.body.ops:
+        if op.op_name != "prim.reduce":
+            continue
+        stack, seen = list(op.operands), set()
+        while stack:
+            v = stack.pop()
+            if not isinstance(v, OpResult) or v in seen:
+                continue
+            seen.add(v)
+            if v.op.op_name == "prim.reduce":
+                return True
+            stack.extend(v.op.operands)
+    return False
+
+
+def _streamed(region: RegionOp) -> list[TensorType]:
+    """The types of the inputs a row region streams (those of its iteration shape)."""
+    it = tuple(region.iteration)
+    return [o.type for o in region.operands
+            if isinstance(o.type, TensorType) and tuple(o.type.shape) == it]
+
+
 def _row_element_bytes(region: RegionOp) -> int:
     """Bytes an element of the widest input a row region streams (one of its iteration
     shape); 4 when none is (:func:`row_block_size`)."""
-    it = tuple(region.iteration)
-    return max((o.type.element.nbytes for o in region.operands
-                if isinstance(o.type, TensorType) and tuple(o.type.shape) == it), default=4)
+    return max((t.element.nbytes for t in _streamed(region)), default=4)
 
 
 def _vector_elements(region: RegionOp, width: int) -> int:
@@ -427,7 +471,9 @@ class PlanKernels(Pass):
                 block = (32 * rpb, 1, 1)
                 shared = 0
             else:
-                bs = self.block_size or row_block_size(cols, _row_element_bytes(region))
+                bs = self.block_size or row_block_size(
+                    cols, _row_element_bytes(region), _chained_reductions(region),
+                    len(_streamed(region)))
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
                 shared = 32 * 8
             # an empty row still runs its (guarded, empty) column loop once: the
