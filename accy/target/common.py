@@ -14,6 +14,7 @@ lane, and loads along a unit stride become one vector load).
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -238,12 +239,21 @@ def store_convert(val: str, el: str) -> str:
 
 
 def stored_only(terminator: Operation | None) -> set[Value]:
-    """The f16/bf16 op results a kernel's ``terminator`` yields that nothing else reads
+    """The f16/bf16 op results a kernel's ``terminator`` yields, directly or through a
+    ``prim.transpose`` it stores (a column softmax's), that nothing else reads
     (:attr:`ExprBuilder.stored_unrounded`)."""
     if terminator is None:
         return set()
-    return {v for v in terminator.operands if isinstance(v, OpResult)
-            and elem_of(v) in ("f16", "bf16") and all(op is terminator for op, _ in v.uses)}
+    out: set[Value] = set()
+    for v in terminator.operands:
+        reader = terminator
+        if isinstance(v, OpResult) and v.op.op_name == "prim.transpose" and \
+                all(op is terminator for op, _ in v.uses):  # stored through its permutation
+            reader, v = v.op, v.op.operands[0]
+        if isinstance(v, OpResult) and elem_of(v) in ("f16", "bf16") and \
+                all(op is reader for op, _ in v.uses):
+            out.add(v)
+    return out
 
 
 def round_compute(val: str, el: str) -> str:
@@ -312,6 +322,13 @@ class ExprBuilder:
         """f16/bf16 values whose one use is their kernel's store (:func:`stored_only`):
         their expression skips the rounding, as the store rounds to the same type
         (rounding twice to a type is rounding once)."""
+        self.column: str | None = None
+        """The name of the column a row kernel's column loop walks (``c``); with
+        :attr:`hoist`, a float division by a value that reads no column is a quotient by
+        a reciprocal made once a row (``accy.target.cuda.fdiv_helpers``)."""
+        self.hoist: Scope | None = None
+        """The scope around the column loops (a row's), where such a divisor's
+        reciprocal is made."""
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1
@@ -402,6 +419,10 @@ class ExprBuilder:
             return self.constant(op, idx, lane)
         if name in ("reduce", "matmul"):
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
+        if name == "div" and self.divides_by_row(op, idx):
+            a = self.expr(op.operands[0], idx, scope, lane)
+            return self.float_expr(op, [a, self.row_divisor(op.operands[1], idx, lane)],
+                                   rounded)
         args = [self.expr(o, idx, scope, lane) for o in op.operands]
         if name in NEGATING:
             args = [f"({a})" if a.startswith("-") else a for a in args]
@@ -441,6 +462,8 @@ class ExprBuilder:
                             f"for floats")
         if self.cuda and name == "rsqrt":
             text = f"rsqrt{f}({args[0]})"
+        elif name == "div" and args[1].startswith("accy_fdiv_by("):  # row_divisor
+            text = args[1].replace("(", f"({args[0]}, ", 1)
         elif self.cuda and f and name == "erfc":  # accy.target.cuda.erfc_helper
             half = self.half_demand(op.results[0])  # ... or erfc_half_helper
             text = f"accy_erfcf{'_half' if half else ''}({args[0]})"
@@ -453,6 +476,51 @@ class ExprBuilder:
         if not rounded or op.results[0] in self.stored_unrounded:
             return text  # the store (or a pack of two lanes) rounds it
         return round_compute(text, el)
+
+    def divides_by_row(self, op: Operation, idx: tuple[str, ...]) -> bool:
+        """Whether float division ``op`` at ``idx`` is by a value the row's column loop
+        does not change (:attr:`column`), its quotients correctly rounded without an
+        IEEE division each (``accy.target.cuda.fdiv_helpers``): CUDA, f32 arithmetic,
+        no fast math (which divides approximately anyway)."""
+        return (self.cuda and self.hoist is not None and not self.fast_math
+                and COMPUTE[elem_of(op.operands[0])] == "float"
+                and self.column_free(op.operands[1], idx))
+
+    def column_free(self, v: Value, idx: tuple[str, ...]) -> bool:
+        """Whether ``v`` at ``idx`` reads nothing that depends on :attr:`column`."""
+        if v in self.bound:
+            return True
+        column = re.compile(rf"\b{self.column}\b")
+        if isinstance(v, BlockArgument):
+            return not any(n != 1 and column.search(ix)
+                           for n, ix in zip(shape_of(v), idx))
+        assert isinstance(v, OpResult)
+        op = v.op
+        name = op.op_name.split(".", 1)[1]
+        if name in ("broadcast", "transpose"):
+            return self.column_free(op.operands[0], self.operand_index(op, idx))
+        if name == "constant":
+            value = op.attr("value")
+            return isinstance(value, DenseElementsAttr) and \
+                (value.splat or value.type.num_elements == 1)
+        if name in DATA_OPS or name in ("reduce", "matmul"):
+            return False
+        return all(self.column_free(o, idx) for o in op.operands)
+
+    def row_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> str:
+        """``accy_fdiv_by(`` with the divisor ``d``, its reciprocal and its short path's
+        bound made once in :attr:`hoist` (before the column loop); the quotient's
+        numerator goes first (:meth:`float_expr`)."""
+        assert self.hoist is not None
+        key = ("fdiv", id(d), idx)
+        found = self.hoist.find(key)
+        if found is None:
+            b = self.expr(d, idx, self.hoist, lane)
+            r, lo = self.fresh("rcp"), self.fresh("lo")
+            self.hoist.lines += [f"const float {r} = accy_fdiv_rcp({b});",
+                                 f"const float {lo} = accy_fdiv_lo({b});"]
+            found = self.hoist.memo[key] = f"accy_fdiv_by({b}, {r}, {lo})"
+        return found
 
     def picks_operand(self, op: Operation) -> bool:
         """Whether f16/bf16 float op ``op`` is one of :data:`EXACT_OPS` on operands
@@ -717,10 +785,13 @@ def decompose(linear: str, shape: tuple[int, ...], prefix: str, ct: str = "long 
     return lines, tuple(reversed(names))
 
 
-def combine(kind: str, a: str, b: str, ct: str) -> str:
-    """C for one step of a ``sum``/``max``/``min`` reduction in compute type ``ct``."""
+def combine(kind: str, a: str, b: str, ct: str, cuda: bool = False) -> str:
+    """C for one step of a ``sum``/``max``/``min`` reduction in compute type ``ct``
+    (``cuda``: a float max or min through ``accy.target.cuda.fminmax_helpers``)."""
     if kind == "sum":
         return f"({a} + {b})"
+    if cuda and ct == "float":
+        return f"accy_f{kind}f({a}, {b})"
     if ct in ("float", "double"):
         # NaN-propagating, like np.max / np.min (``b`` is read twice: pass a name)
         return BINARY_F[kind].format(a, b)

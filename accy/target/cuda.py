@@ -173,6 +173,75 @@ def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
             f"}}")
 
 
+FDIV_SHORT_A = (-62, 62)
+"""Binary exponents bounding ``|a|`` for :func:`fdiv_helpers`' short path (and ``|b|`` in
+two less on each side): inside them no intermediate of the short path is subnormal,
+zero, infinite or NaN, and every step is exact or rounded once as IEEE division's own
+short path has it."""
+
+
+def fdiv_helpers(qualifier: str, reciprocal: str, long_qualifier: str | None = None) -> str:
+    """C text of ``accy_fdiv_rcp(b)``, ``accy_fdiv_lo(b)`` and ``accy_fdiv_by(a, b, r,
+    lo)``: ``a / b`` correctly rounded, for a divisor ``b`` many quotients share (a row's
+    sum or maximum), with the work that depends on ``b`` alone done once.
+
+    IEEE division (``div.rn.f32``) is, in the SASS ptxas writes for it, a reciprocal
+    (``MUFU.RCP``) refined by one Newton step, the quotient ``q = a·r`` corrected once
+    (``q + r·(a − b·q)``, the residual exact in an FMA), and an ``FCHK`` that sends
+    operands of extreme range to a long path: ten instructions a quotient, the
+    reciprocal among them. Here the reciprocal (``reciprocal``: statements setting ``r``
+    to about ``1/b``, then the same Newton step) is made once per divisor; a quotient
+    is the same correction when ``|a|`` and ``|b|`` lie well inside the normal range
+    (:data:`FDIV_SHORT_A`: ``2^-62 ≤ |a| ≤ 2^62``, ``2^-60 ≤ |b| ≤ 2^60``, so no
+    intermediate leaves it), and ``a / b`` itself otherwise, in a function of its own
+    (``long_qualifier``; ``__noinline__`` on the device keeps one copy of it, not one a
+    quotient): zeros, subnormals, infinities and NaN all take IEEE division. On sm_90
+    softmax's quotient is then eight instructions, not ten, and its kernel 1024
+    instead of 1160. ``accy_fdiv_lo(b)`` is the least ``|a|`` on the short path, or
+    ``+inf`` where ``b`` is out of range (every quotient by it takes the long path).
+    Inside the range every step scales exactly with the operands' exponents, so the
+    pairs of mantissas at one pair of exponents stand for all of it:
+    ``benchmarks/fdiv_check.py`` runs every such pair on the GPU against a float64
+    quotient rounded once (exact: 53 ≥ 2·24 + 2 bits).
+    """
+    lo_a, hi_a = FDIV_SHORT_A
+    return (f"{long_qualifier or qualifier} float accy_fdiv_long(float a, float b) {{ "
+            "return a / b; }\n"
+            f"{qualifier} float accy_fdiv_rcp(float b) {{\n"
+            f"  float r; {reciprocal}\n"
+            f"  return fmaf(r, fmaf(-b, r, 1.0f), r);\n}}\n"
+            f"{qualifier} float accy_fdiv_lo(float b) {{\n"
+            f"  const float m = fabsf(b);\n"
+            f"  return (m >= 0x1p{lo_a + 2}f && m <= 0x1p{hi_a - 2}f) ? 0x1p{lo_a}f : "
+            "INFINITY;\n}\n"
+            f"{qualifier} float accy_fdiv_by(float a, float b, float r, float lo) {{\n"
+            f"  const float m = fabsf(a);\n"
+            f"  float q = a * r;\n"
+            f"  q = fmaf(r, fmaf(-b, q, a), q);\n"
+            f"  if (!(m >= lo && m <= 0x1p{hi_a}f)) q = accy_fdiv_long(a, b);\n"
+            f"  return q;\n}}")
+
+
+def fminmax_helpers(qualifier: str, native: bool) -> dict[str, str]:
+    """C text of ``accy_fmaxf`` and ``accy_fminf``, by name: accy's NaN-propagating max
+    and min (:func:`accy.target.common.combine`), one ``max.NaN`` / ``min.NaN`` from sm_80
+    on (``native``; a compare and a select else). The two spellings differ only in the
+    sign of a zero result and in a NaN's payload; a reduction's order already decides
+    the former (``max(-0, +0)`` is whichever came first), so reductions use these."""
+    out = {}
+    for kind, cmp in (("max", ">"), ("min", "<")):
+        plain = f"return (a {cmp} b || a != a) ? a : b;"
+        lines = [f"{qualifier} float accy_f{kind}f(float a, float b) {{"]
+        if native:
+            lines += ["#if __CUDA_ARCH__ >= 800",
+                      f'  float r; asm("{kind}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), '
+                      '"f"(b)); return r;', "#else", f"  {plain}", "#endif"]
+        else:
+            lines.append(f"  {plain}")
+        out[f"accy_f{kind}f"] = "\n".join(lines + ["}"])
+    return out
+
+
 HELPERS = {
     "accy_erfcf": erfc_helper(
         "__device__ __forceinline__",
@@ -188,6 +257,10 @@ HELPERS = {
     "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }""",
+    "accy_fdiv_by": fdiv_helpers("__device__ __forceinline__",
+                                 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));',
+                                 "__device__ __noinline__"),
+    **fminmax_helpers("__device__ __forceinline__", native=True),
     **packed_helpers(),
     # a TMA tensor map as the loader encodes it (CUtensorMap: 128 opaque bytes), and a
     # wait on an mbarrier's phase of the given parity
@@ -402,11 +475,12 @@ def _shuffle_tree(kind: str, acc: str, ct: str) -> str:
     """A warp's butterfly reduction of ``acc`` (every lane ends with the result)."""
     shfl = f"__shfl_xor_sync(0xffffffffu, {acc}, o)"
     if kind == "sum":
-        return f"for (int o = 16; o > 0; o >>= 1) {acc} = {combine(kind, acc, shfl, ct)};"
+        return (f"for (int o = 16; o > 0; o >>= 1) "
+                f"{acc} = {combine(kind, acc, shfl, ct, cuda=True)};")
     # max/min read their operand twice, and a shuffle under a ?: would run on only some
     # lanes: shuffle once on every lane, then combine
     return (f"for (int o = 16; o > 0; o >>= 1) {{ const {ct} s = {shfl}; "
-            f"{acc} = {combine(kind, acc, 's', ct)}; }}")
+            f"{acc} = {combine(kind, acc, 's', ct, cuda=True)}; }}")
 
 
 def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
@@ -464,6 +538,12 @@ class _RowEmitter:
         self.b = ExprBuilder(self.ins, cuda=True, prefix=k.sym_name, load_hook=self._hook,
                              fast_math=fast_math)
         self.b.stored_unrounded = stored_only(k.body.terminator)
+        if not self.alone:
+            # quotients by a row's values share its reciprocal; not where a thread holds a
+            # whole row (a column softmax's 64 values): there ptxas then kept more of the
+            # row live, 80 → 128 registers, and the bf16 kernel ran 2.6 % slower on an
+            # H100 (RESULTS.md, kernels, nineteenth session)
+            self.b.column, self.b.hoist = "c", self.outer
         self.vz.b.append(self.b)
         self.vz.args = list(k.body.args)
 
@@ -488,17 +568,17 @@ class _RowEmitter:
     def column_loop(self, emit_lanes: Callable[[Scope], None]) -> None:
         """``for j in items``: this thread's columns of the row (guarded when ragged)."""
         lines = self.lines
+        inner = Scope([], parent=self.outer)
+        self.scope_ref[0] = inner
+        self.vz.loaded = {}
+        emit_lanes(inner)  # may add lines before the loop (a divisor's reciprocal)
+        self.scope_ref[0] = self.outer
         lines.append("#pragma unroll")
         lines.append(f"for (int j = 0; j < {self.items}; ++j) {{")
         lines.append(f"  const int c = (j * {self.tpr} + t) * {self.vec};")
         guard = self.cols == 0 or self.cols % (self.tpr * self.vec) != 0
         if guard:
             lines.append(f"  if (c < {self.cols}) {{")
-        inner = Scope([], parent=self.outer)
-        self.scope_ref[0] = inner
-        self.vz.loaded = {}
-        emit_lanes(inner)
-        self.scope_ref[0] = self.outer
         pad = "    " if guard else "  "
         lines.extend(pad + s for s in inner.lines)
         if guard:
@@ -558,7 +638,7 @@ class _RowEmitter:
                            ct: str = ct) -> None:
                 for lane in range(self.vec):
                     val = b.expr(op.operands[0], self.ident, inner, lane)
-                    inner.lines.append(f"{acc} = {combine(kind, acc, val, ct)};")
+                    inner.lines.append(f"{acc} = {combine(kind, acc, val, ct, cuda=True)};")
             self.column_loop(accumulate)
             if not self.alone:
                 lines.append(_shuffle_tree(kind, acc, ct))

@@ -329,3 +329,18 @@ def test_erfc_on_the_device_is_within_six_ulp() -> None:
     err = np.abs(got[ok] - want[ok]) / ulp
     assert err.max() <= 6.0, (float(err.max()), float(x[ok][np.argmax(err)]))
     assert np.all(got[~ok] <= 1.2e-38)
+
+
+def test_quotients_by_a_shared_divisor_are_ieee_division_on_the_device() -> None:
+    """The device build of ``accy_fdiv_by`` (the reciprocal from ``rcp.approx``) over
+    every ``a`` mantissa at every 4096th ``b`` mantissa, and at the ends of its short
+    path's range and past them, bit for bit against ``__fdiv_rn`` and the float64
+    quotient (``benchmarks/fdiv_check.py`` runs every pair)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import fdiv_check
+
+    runs = [fdiv_check.check(0, 0, False, 4096)] + [fdiv_check.check(*c)
+                                                     for c in fdiv_check.CASES]
+    assert all(r["pairs"] >= 2048 << 23 and r["checked_f64"] > 0 for r in runs)
+    assert [(r["ea"], r["eb"], r["mismatch_ieee"], r["mismatch_f64"]) for r in runs] == \
+        [(r["ea"], r["eb"], 0, 0) for r in runs]

@@ -126,6 +126,49 @@ def test_gelu_on_half_inputs_calls_the_half_precision_erfc(element: str, half: b
     cubin(text)
 
 
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("name,shapes,quotients", [
+    ("softmax", {0: (8, 4096)}, 1),  # exp(x - max) / sum
+    ("dynamic", {0: (8, 4096), 1: (4096,)}, 1),  # (x - mean) / (max|x - mean| + 1)
+])
+def test_quotients_by_a_row_value_share_its_reciprocal(element: str, name: str, shapes,
+                                                        quotients: int) -> None:  # type: ignore[no-untyped-def]
+    """A division by a row's statistic makes the divisor's reciprocal once, before the
+    column loop, and each quotient is ``accy_fdiv_by`` (IEEE division, bit for bit:
+    ``accy.target.cuda.fdiv_helpers``); the row's max is one ``accy_fmaxf``."""
+    text = source(graph(name, None if element == "f32" else element), shapes)
+    body = text[text.index("__global__"):]
+    assert " / " not in body
+    assert body.count("= accy_fdiv_rcp(") == quotients
+    rcp = body.index("accy_fdiv_rcp(")
+    assert body.rindex("for (int j", 0, rcp) < body.rindex("}", 0, rcp)  # outside a loop
+    assert "accy_fdiv_by(" in body[rcp:] and "float accy_fdiv_by(" in text
+    assert "accy_fmaxf(" in body and "max.NaN.f32" in text and "!= acc" not in body
+    cubin(text)
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_a_column_softmax_divides_as_it_is_and_rounds_its_store_once(element: str) -> None:
+    """A thread that holds a whole row (thread per row: a column softmax over 64 rows)
+    keeps IEEE division (hoisting the reciprocal there cost registers and speed); its
+    quotient, stored through a transpose, is rounded by the store alone."""
+    text = source(graph("softmax_axis0", element), {0: (64, 32768)})
+    body = text[text.index("__global__"):]
+    assert "accy_fdiv" not in text and " / acc" in body
+    conv = "accy_f2bf" if element == "bf16" else "accy_f2h"
+    assert body.count(f"{conv}(") == 1  # the store's, once
+    cubin(text)
+
+
+def test_fast_math_and_elementwise_quotients_keep_the_division() -> None:
+    """Under fast math a quotient is CUDA's own; a divisor that changes along the row
+    (and any elementwise kernel's) is divided as it is."""
+    text = source(graph("softmax"), {0: (8, 4096)}, ["target.fast_math=true"])
+    assert "accy_fdiv" not in text
+    text = source(graph("gelu_tanh"), {0: (8, 4096)})
+    assert "accy_fdiv" not in text
+
+
 def test_f32_programs_carry_no_half_helpers() -> None:
     text = source(graph("bias_gelu"), {0: (8, 4096)})
     assert "accy_pack_" not in text and "make_float4(" in text
