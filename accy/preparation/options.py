@@ -142,6 +142,19 @@ WGMMA_WIDE_K = 2048
 """The depth from which ``wgmma_tile_n`` 0 may pick 256 columns (:func:`wgmma_tiles`)."""
 
 
+WGMMA_RASTER = 16
+"""Rows of warpgroup tiles a group of consecutive blocks sweeps (``kernel.wgmma_raster``).
+Row-major, the 132 blocks resident on a Hopper GPU at 8192³ (128×256 tiles) cover four
+rows of tiles and so every column of B, 128 MB, more than L2's 50 MB: each wave reads B
+from memory again. Sixteen rows of tiles by eight columns read 32 MB of A and 34 MB of B.
+On an H100 at 8192³ row-major ran 0.79–0.82× cuBLAS, 16 rows 0.94–0.97× (RESULTS.md,
+kernels, nineteenth session)."""
+WGMMA_WAVE = 132
+"""Blocks of a warpgroup matmul resident at once on an H100 SXM or H200 (132 SMs, one
+384-thread block each): a grid of no more keeps row-major order, in which it is one
+wave anyway (at 2048³, 128 blocks, the grouped order ran 3 % slower on the H100)."""
+
+
 def wgmma_tiles(tile_m: int, tile_n: int, m: int, n: int, k: int, batch: int) \
         -> tuple[int, int]:
     """The block tile a warpgroup matmul of ``batch`` × ``m`` × ``n`` outputs, ``k``
@@ -219,6 +232,11 @@ class KernelOptions:
     has a wave of blocks (128), else 128 (:func:`wgmma_tiles`)."""
     wgmma_stages: int = 4
     """Shared-memory stages of the warpgroup pipeline (2–6, as shared memory allows)."""
+    wgmma_raster: int = WGMMA_RASTER
+    """Rows of warpgroup tiles that consecutive blocks sweep together before they move
+    along N (1: row-major, a row of tiles after another): the blocks resident at once
+    then read a squarer patch of A and B, which L2 holds (:data:`WGMMA_RASTER`). Only
+    for grids of more than a wave of blocks (:data:`WGMMA_WAVE`)."""
 
     attention_tile_m: int = 128
     attention_tile_n: int = 64
@@ -269,6 +287,8 @@ class KernelOptions:
                               "256 (256 accumulators a thread)")
         if not 2 <= self.wgmma_stages <= 6:
             raise OptionError(f"kernel.wgmma_stages must be 2 to 6, got {self.wgmma_stages}")
+        if not 1 <= self.wgmma_raster <= 64:
+            raise OptionError(f"kernel.wgmma_raster must be 1 to 64, got {self.wgmma_raster}")
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
         if self.rows_per_block < 0:

@@ -93,7 +93,7 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           options.target.backend.sm_number,
                           wgmma=o.wgmma and options.target.backend.wgmma,
                           wgmma_tile=(o.wgmma_tile_m, o.wgmma_tile_n),
-                          wgmma_stages=o.wgmma_stages,
+                          wgmma_stages=o.wgmma_stages, wgmma_raster=o.wgmma_raster,
                           ffma_tiles=o.ffma_tiles,
                           ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k),
                           attention_tile=(o.attention_tile_m, o.attention_tile_n,

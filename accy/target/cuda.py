@@ -1250,6 +1250,27 @@ def _tma_load(dst: str, tmap: str, x: str, y: str) -> str:
             f'"r"({dst}), "l"({tmap}), "r"({x}), "r"({y}), "r"(full) : "memory");')
 
 
+def _raster_origin(raster: int, tm: int, tn: int) -> list[str]:
+    """The lines that set a matmul block's tile origin ``m0, n0``: row-major from the
+    block index (``raster`` 1), else the plan's grouped order (``KernelPlan.raster``:
+    consecutive blocks sweep ``raster`` rows of tiles, then the next column).
+
+    >>> print("\\n".join(_raster_origin(4, 128, 256)))
+      const int accy_b = blockIdx.y * gridDim.x + blockIdx.x, accy_span = 4 * gridDim.x;
+      const int accy_r0 = accy_b / accy_span * 4, accy_w = accy_b % accy_span;
+      const int accy_rows = min((int)gridDim.y - accy_r0, 4);
+      const int m0 = (accy_r0 + accy_w % accy_rows) * 128, n0 = accy_w / accy_rows * 256;
+    """
+    if raster <= 1:
+        return [f"  const int m0 = blockIdx.y * {tm}, n0 = blockIdx.x * {tn};"]
+    return [f"  const int accy_b = blockIdx.y * gridDim.x + blockIdx.x, "
+            f"accy_span = {raster} * gridDim.x;",
+            f"  const int accy_r0 = accy_b / accy_span * {raster}, accy_w = accy_b % accy_span;",
+            f"  const int accy_rows = min((int)gridDim.y - accy_r0, {raster});",
+            f"  const int m0 = (accy_r0 + accy_w % accy_rows) * {tm}, "
+            f"n0 = accy_w / accy_rows * {tn};"]
+
+
 def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     """The ``wgmma-tiled`` plan: Hopper warpgroups, the operands brought by the TMA.
 
@@ -1302,7 +1323,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
              f"  const unsigned bars = base + {st * stage};  // full[s], then empty[s]",
              "  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, "
              "wq = (tid >> 5) & 3;",
-             f"  const int m0 = blockIdx.y * {tm}, n0 = blockIdx.x * {tn};",
+             *_raster_origin(plan.raster, tm, tn),
              "  const long long bz = blockIdx.z;"]
     pre, bnames = _batch_prologue(batch_shape)
     lines += pre

@@ -144,6 +144,8 @@ def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("opts", [(), ("kernel.wgmma_tile_n=256",), ("kernel.wgmma_stages=2",),
+                                  ("kernel.wgmma_raster=1",), ("kernel.wgmma_raster=3",),
+                                  ("kernel.wgmma_raster=7",),
                                   ("kernel.wgmma_stages=6", "kernel.wgmma_tile_n=128"),
                                   ("kernel.wgmma_tile_m=256", "kernel.wgmma_stages=3"),
                                   ("kernel.wgmma_tile_n=256", "kernel.wgmma_stages=3")])
@@ -154,7 +156,10 @@ def test_warpgroup_variants(element: str, opts) -> None:  # type: ignore[no-unty
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
     from test_cuda_kernels import matmul
 
-    for (m, n, k, batch) in ((256, 512, 640, ()), (256, 256, 64, (2,)), (768, 768, 128, ())):
+    # (2560 × 1024: 20 × 8 tiles of 128, more than a wave, grouped by 16, 3 or 4 rows
+    # of tiles with a last short group; 10 rows of 256-row tiles)
+    for (m, n, k, batch) in ((256, 512, 640, ()), (256, 256, 64, (2,)), (768, 768, 128, ()),
+                             (2560, 1024, 128, ())):
         rng = np.random.default_rng(m + n + k)
         arrays = [rng.standard_normal(s).astype(np.float32)
                   for s in [batch + (m, k), batch + (k, n), (n,)]]

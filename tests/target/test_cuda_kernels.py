@@ -8,6 +8,8 @@ here: the spelling the plan asks for, and that NVRTC accepts it for ``sm_90``.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -323,6 +325,62 @@ def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
 
 
+RASTER_PROGRAM = r"""
+#include <stdio.h>
+static int min(int a, int b) { return a < b ? a : b; }
+struct { int x, y; } blockIdx, gridDim;
+static char seen[64][64];
+int main(void) {
+  int bad = 0;
+  for (gridDim.x = 1; gridDim.x <= 9; ++gridDim.x)
+    for (gridDim.y = 1; gridDim.y <= 40; ++gridDim.y) {
+      for (int i = 0; i < 64; ++i) for (int j = 0; j < 64; ++j) seen[i][j] = 0;
+      for (blockIdx.y = 0; blockIdx.y < gridDim.y; ++blockIdx.y)
+        for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x) {
+@ORIGIN@
+          if (m0 % 128 || n0 % 256 || m0 / 128 >= gridDim.y || n0 / 256 >= gridDim.x
+              || m0 < 0 || n0 < 0 || seen[m0 / 128][n0 / 256]++) bad++;
+        }
+    }
+  printf("%d\n", bad);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+@pytest.mark.parametrize("raster", [1, 2, 4, 16])
+def test_a_rastered_grid_visits_every_tile_once(tmp_path, raster: int) -> None:  # type: ignore[no-untyped-def]
+    """The grouped block order (``KernelPlan.raster``) maps a grid's blocks one to one
+    onto its tiles, whatever its shape (a last group of fewer rows included)."""
+    from accy.target.cuda import _raster_origin
+
+    src, exe = tmp_path / "raster.c", tmp_path / "raster"
+    src.write_text(RASTER_PROGRAM.replace("@ORIGIN@", "\n".join(
+        "        " + line for line in _raster_origin(raster, 128, 256))))
+    subprocess.run(["cc", "-O1", str(src), "-o", str(exe)], check=True)
+    assert subprocess.run([str(exe)], check=True, capture_output=True,
+                          text=True).stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("m,opts,raster", [
+    (4096, (), 16), (4096, ("kernel.wgmma_raster=1",), 1),
+    (4096, ("kernel.wgmma_raster=4",), 4),
+    (2560, (), 16),  # 20 × 8 = 160 blocks: more than a wave
+    (2048, (), 1),   # 16 × 8 = 128 blocks: one wave, row-major (WGMMA_WAVE)
+    (17 * 128, ("kernel.wgmma_raster=64",), 17)])  # at most the rows of tiles there are
+def test_warpgroup_blocks_sweep_rows_of_tiles_together(m: int, opts, raster: int) -> None:  # type: ignore[no-untyped-def]
+    """The wgmma plan carries its block order (``kernel.wgmma_raster``, at most the rows
+    of tiles there are, and row-major for a grid of one wave) and the kernel spells it."""
+    from accy.dialects.kernel import KernelFuncOp
+
+    job = target_job(matmul(m, 1024, 256, "bf16"), {}, opts)
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.mapping == "wgmma-tiled" and k.plan.raster == raster
+    text = job.module.attributes["target.source"].value
+    assert (f"accy_span = {raster} * gridDim.x" in text) == (raster > 1)
+    assert ("const int m0 = blockIdx.y * 128" in text) == (raster == 1)
+    assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
 def test_warpgroup_tile_width_follows_the_shape() -> None:
     """``wgmma_tile_n`` 0: 256 columns where K is long and the grid keeps a wave of 128
     blocks."""

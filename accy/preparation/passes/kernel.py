@@ -68,6 +68,7 @@ from accy.dialects.kernel import (
 from accy.dialects.memory import buffer_plan
 from accy.preparation.options import (
     WGMMA_TILE_K,
+    WGMMA_WAVE,
     KernelOptions,
     wgmma_shared_bytes,
     wgmma_tiles,
@@ -383,6 +384,7 @@ class PlanKernels(Pass):
     option, where the backend has it: ``cuda:sm_90a``)."""
     wgmma_tile: tuple[int, int] = (KernelOptions.wgmma_tile_m, KernelOptions.wgmma_tile_n)
     wgmma_stages: int = KernelOptions.wgmma_stages
+    wgmma_raster: int = KernelOptions.wgmma_raster
     ffma_tiles: bool = KernelOptions.ffma_tiles
     ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
                                        KernelOptions.ffma_tile_k)
@@ -537,6 +539,8 @@ class PlanKernels(Pass):
                     "dynamic_shared": wgmma_shared_bytes(wm, wn, self.wgmma_stages),
                     "tile": (wm, wn, WGMMA_TILE_K), "warps": (2, wm // 128),
                     "stages": self.wgmma_stages, "tensor_maps": maps,
+                    "raster": min(self.wgmma_raster, m // wm)
+                    if (m // wm) * (n // wn) > WGMMA_WAVE else 1,
                     "mma": f"m64n{wn}k16.f32.{kind}.{kind}"}
         tm, tn, tk = self.mma_tile
         if m % tm or n % tn or k % tk:
