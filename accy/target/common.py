@@ -329,6 +329,8 @@ class ExprBuilder:
         self.hoist: Scope | None = None
         """The scope around the column loops (a row's), where such a divisor's
         reciprocal is made."""
+        self.divisors: dict[tuple[object, ...], tuple[str, str, str]] = {}
+        """Hoisted divisors (:meth:`row_divisor`)."""
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1
@@ -421,8 +423,8 @@ class ExprBuilder:
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
         if name == "div" and self.divides_by_row(op, idx):
             a = self.expr(op.operands[0], idx, scope, lane)
-            return self.float_expr(op, [a, self.row_divisor(op.operands[1], idx, lane)],
-                                   rounded)
+            b, r, lo = self.row_divisor(op.operands[1], idx, lane)
+            return self.rounded(op, f"accy_fdiv_by({a}, {b}, {r}, {lo})", rounded)
         args = [self.expr(o, idx, scope, lane) for o in op.operands]
         if name in NEGATING:
             args = [f"({a})" if a.startswith("-") else a for a in args]
@@ -452,7 +454,6 @@ class ExprBuilder:
         """A float elementwise op's expression on its operands' expressions ``args``,
         rounded to its element type where that changes anything (and ``rounded``)."""
         name = op.op_name.split(".", 1)[1]
-        el = elem_of(op.results[0])
         f = "f" if elem_of(op.operands[0]) != "f64" else ""
         one = "1.0f" if f else "1.0"
         zero = "0.0f" if f else "0.0"
@@ -462,8 +463,6 @@ class ExprBuilder:
                             f"for floats")
         if self.cuda and name == "rsqrt":
             text = f"rsqrt{f}({args[0]})"
-        elif name == "div" and args[1].startswith("accy_fdiv_by("):  # row_divisor
-            text = args[1].replace("(", f"({args[0]}, ", 1)
         elif self.cuda and f and name == "erfc":  # accy.target.cuda.erfc_helper
             half = self.half_demand(op.results[0])  # ... or erfc_half_helper
             text = f"accy_erfcf{'_half' if half else ''}({args[0]})"
@@ -471,11 +470,16 @@ class ExprBuilder:
             text = f"__{name}f({args[0]})"
         else:
             text = table[name].format(*args, f=f, one=one, zero=zero)
+        return self.rounded(op, text, rounded)
+
+    def rounded(self, op: Operation, text: str, rounded: bool = True) -> str:
+        """Float op ``op``'s expression ``text`` rounded to its element type where that
+        changes anything (and ``rounded``)."""
         if self.picks_operand(op):
             return text  # picks or negates an operand already in its element type
         if not rounded or op.results[0] in self.stored_unrounded:
             return text  # the store (or a pack of two lanes) rounds it
-        return round_compute(text, el)
+        return round_compute(text, elem_of(op.results[0]))
 
     def divides_by_row(self, op: Operation, idx: tuple[str, ...]) -> bool:
         """Whether float division ``op`` at ``idx`` is by a value the row's column loop
@@ -507,20 +511,18 @@ class ExprBuilder:
             return False
         return all(self.column_free(o, idx) for o in op.operands)
 
-    def row_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> str:
-        """``accy_fdiv_by(`` with the divisor ``d``, its reciprocal and its short path's
-        bound made once in :attr:`hoist` (before the column loop); the quotient's
-        numerator goes first (:meth:`float_expr`)."""
+    def row_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> tuple[str, str, str]:
+        """The divisor ``d``, its reciprocal and its short path's bound, made once in
+        :attr:`hoist` (before the column loop): ``accy_fdiv_by``'s last three arguments."""
         assert self.hoist is not None
         key = ("fdiv", id(d), idx)
-        found = self.hoist.find(key)
-        if found is None:
+        if key not in self.divisors:
             b = self.expr(d, idx, self.hoist, lane)
             r, lo = self.fresh("rcp"), self.fresh("lo")
             self.hoist.lines += [f"const float {r} = accy_fdiv_rcp({b});",
                                  f"const float {lo} = accy_fdiv_lo({b});"]
-            found = self.hoist.memo[key] = f"accy_fdiv_by({b}, {r}, {lo})"
-        return found
+            self.divisors[key] = (b, r, lo)
+        return self.divisors[key]
 
     def picks_operand(self, op: Operation) -> bool:
         """Whether f16/bf16 float op ``op`` is one of :data:`EXACT_OPS` on operands

@@ -377,6 +377,14 @@ def test_bad_ffma_tiles_are_option_errors(option):
         RunOptions.parse(CUDA, [option])
 
 
+@pytest.mark.parametrize("option", ["kernel.wgmma_raster=0", "kernel.wgmma_raster=65"])
+def test_bad_warpgroup_rasters_are_option_errors(option):
+    from accy.errors import OptionError
+
+    with pytest.raises(OptionError, match="kernel.wgmma_raster must be 1 to 64"):
+        RunOptions.parse(CUDA, [option])
+
+
 # -------------------------------------------------------------- launches, keys
 
 
