@@ -268,7 +268,9 @@ class _Flash:
         the accumulators; the scores become unnormalized probabilities."""
         rm, rn, n = self.rm, self.rn, self.n
         ragged = n % self.bn != 0
-        mx_step = f"{self.k.sym_name}_max(mx, o_)"
+        # accy's NaN-propagating max, one max.NaN (accy.target.cuda.fminmax_helpers):
+        # the scores only have the max subtracted in exp, where ±0 make no difference
+        mx_step = "accy_fmaxf(mx, o_)"
         lines = ["#pragma unroll",
                  f"for (int r = 0; r < {rm}; ++r) {{",
                  "  #pragma unroll",
@@ -364,22 +366,6 @@ class _Flash:
         if row is None:
             return cols
         return f"{row} ? {cols or 4} : 0"
-
-    def max_helper(self) -> str:
-        """The running max's step: NaN-propagating like accy's ``max`` (:func:`combine`),
-        in one ``max.NaN`` from sm_80 on (three instructions else, 64 of them a key
-        tile at 8 rows: the max of a row's scores, its shuffle tree and the running
-        max). The two differ only in the sign of a zero maximum and in a NaN's payload:
-        the scores only ever have the maximum subtracted from them in ``exp``, where
-        ±0 make no difference."""
-        return "\n".join([
-            f"__device__ __forceinline__ float {self.k.sym_name}_max(float mx, float o_) {{",
-            "#if __CUDA_ARCH__ >= 800",
-            '  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(mx), "f"(o_)); return r;',
-            "#else",
-            f"  return {combine('max', 'mx', 'o_', 'float')};",
-            "#endif",
-            "}"])
 
     def out_helper(self) -> str:
         """The end of a row's four output columns: the row's partial sums summed across
@@ -481,7 +467,7 @@ def emit_attention_cuda(k: KernelFuncOp, ins: list[str], outs: list[str], params
                         fast_math: bool) -> tuple[str, list[str]]:
     """The ``flash`` kernel (see the module docstring); ``params`` is its parameter list."""
     flash = _Flash(k, ins, outs, params, fast_math)
-    return flash.emit(), [f"// {k.sym_name}'s helpers", flash.max_helper(), flash.out_helper()]
+    return flash.emit(), [f"// {k.sym_name}'s helpers", flash.out_helper()]
 
 
 __all__ = ["emit_attention_c", "emit_attention_cuda"]

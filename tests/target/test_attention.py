@@ -110,7 +110,7 @@ def test_the_flash_kernel_spells_its_plan():
     assert "expf(m_run[r] - mx)" in text and "__expf" not in text
     # no guards where the tiles lie inside the operands (128 rows, 128 keys, 64 columns)
     assert "? __ldg" not in text and "live" not in text
-    assert "max.NaN.f32" in text and "mx = k0_attention_max(mx, o_)" in text
+    assert "max.NaN.f32" in text and "mx = accy_fmaxf(mx, o_)" in text
     assert "__device__ __noinline__ void k0_attention_out(" in text
     assert text.count("k0_attention_out(Og + ") == 1  # one call a group, in the row loop
     launches = job.module.attributes["target.launches"].values
@@ -157,7 +157,7 @@ needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C
 
 
 def helpers(text: str, name: str) -> str:
-    """The kernel's helpers (``<name>_max``, ``<name>_out``: between their comment and
+    """The kernel's helper (``<name>_out``: between its comment and
     the kernel) as host C++."""
     start = text.index(f"// {name}'s helpers")
     return "#define __device__\n#define __noinline__\n#define __forceinline__ inline\n" + \
