@@ -329,7 +329,7 @@ class ExprBuilder:
         self.hoist: Scope | None = None
         """The scope around the column loops (a row's), where such a divisor's
         reciprocal is made."""
-        self.divisors: dict[tuple[object, ...], tuple[str, str, str]] = {}
+        self.divisors: dict[tuple[Value, tuple[str, ...]], tuple[str, str, str]] = {}
         """Hoisted divisors (:meth:`row_divisor`)."""
 
     def fresh(self, prefix: str = "t") -> str:
@@ -494,9 +494,8 @@ class ExprBuilder:
         """Whether ``v`` at ``idx`` reads nothing that depends on :attr:`column`."""
         if v in self.bound:
             return True
-        column = re.compile(rf"\b{self.column}\b")
         if isinstance(v, BlockArgument):
-            return not any(n != 1 and column.search(ix)
+            return not any(n != 1 and re.search(rf"\b{self.column}\b", ix)
                            for n, ix in zip(shape_of(v), idx))
         assert isinstance(v, OpResult)
         op = v.op
@@ -515,7 +514,7 @@ class ExprBuilder:
         """The divisor ``d``, its reciprocal and its short path's bound, made once in
         :attr:`hoist` (before the column loop): ``accy_fdiv_by``'s last three arguments."""
         assert self.hoist is not None
-        key = ("fdiv", id(d), idx)
+        key = (d, idx)
         if key not in self.divisors:
             b = self.expr(d, idx, self.hoist, lane)
             r, lo = self.fresh("rcp"), self.fresh("lo")
