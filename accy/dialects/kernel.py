@@ -73,7 +73,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, raster)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, raster)
     """
 
     kind: str
@@ -145,6 +145,8 @@ class KernelPlan:
     as one instruction on a 32-bit word of two halves (``bf16.add bf16.max …``, the
     target's :func:`accy.target.packed.packed_ops`), each rounding as the f32 op
     rounded does; the kernel's other ops run in f32 a lane at a time."""
+    unroll: int = 0
+    """``ffma-tiled``: k steps of a shared stage unrolled together (0: all of them)."""
     raster: int = 1
     """``wgmma-tiled``: rows of tiles that consecutive blocks sweep together before moving
     along N (block ``b`` of the grid's x·y, in launch order, is tile row ``g·raster + b %

@@ -149,6 +149,12 @@ rows of tiles and so every column of B, 128 MB, more than L2's 50 MB: each wave 
 from memory again. Sixteen rows of tiles by eight columns read 32 MB of A and 34 MB of B.
 On an H100 at 8192³ row-major ran 0.79–0.82× cuBLAS, 16 rows 0.94–0.97× (RESULTS.md,
 kernels, nineteenth session)."""
+FFMA_UNROLL = 8
+"""k steps of an ``ffma-tiled`` shared stage unrolled together (``kernel.ffma_unroll``):
+each is a thread's 64 FMAs on its 8×8 outputs, so ``ffma_tile_k`` of them fully
+unrolled are most of what NVRTC compiles in an f32 matmul (set by measurement:
+RESULTS.md, kernels, twentieth session)."""
+
 WGMMA_WAVE = 132
 """Blocks of a warpgroup matmul resident at once on an H100 SXM or H200 (132 SMs, one
 384-thread block each): a grid of no more keeps row-major order, in which it is one
@@ -206,6 +212,9 @@ class KernelOptions:
     divides (``_ffma_tile`` in the kernel stage)."""
     ffma_tile_k: int = 8
     """``ffma-tiled`` depth of each shared-memory stage (8 or 16)."""
+    ffma_unroll: int = FFMA_UNROLL
+    """``ffma-tiled`` k steps unrolled together within a stage (1, 2, 4, 8 or 16; at most
+    the stage's depth): fewer compile faster (:data:`FFMA_UNROLL`)."""
 
     tensor_cores: bool = True
     """bf16/f16 matmuls on the tensor cores (``mma.sync`` m16n8k16, f32 accumulation)
@@ -317,6 +326,9 @@ class KernelOptions:
                                   f"{getattr(self, n)}")
         if self.ffma_tile_k not in (8, 16):
             raise OptionError(f"kernel.ffma_tile_k must be 8 or 16, got {self.ffma_tile_k}")
+        if self.ffma_unroll not in (1, 2, 4, 8, 16):
+            raise OptionError(f"kernel.ffma_unroll must be 1, 2, 4, 8 or 16, got "
+                              f"{self.ffma_unroll}")
 
     @property
     def matmul_shared_bytes(self) -> int:

@@ -875,7 +875,7 @@ def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"    if (kt + 1 < {kts}) {{",
               *load("(kt + 1)", "      "),
               "    }",
-              "    #pragma unroll",
+              f"    #pragma unroll{'' if plan.unroll in (0, tk) else f' {plan.unroll}'}",
               f"    for (int q = 0; q < {tk}; ++q) {{",
               *frags("a", "As", gap_m, "ty", mt_m // vw),
               *frags("b", "Bs", gap_n, "tx", mt_n // vw),

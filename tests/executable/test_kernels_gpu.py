@@ -233,6 +233,19 @@ def test_ffma_tile_variants(tiles, epilogue: bool) -> None:  # type: ignore[no-u
     assert err <= TOLERANCE["f32"], err
 
 
+@pytest.mark.parametrize("unroll", [1, 2, 4, 16])
+def test_ffma_unroll_variants(unroll: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
+    from test_cuda_kernels import matmul
+
+    opts = ["kernel.ffma_tile_k=16", f"kernel.ffma_unroll={unroll}"]
+    sm = matmul(256, 384, 512, "f32", (2,), True)
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(s).astype(np.float32)
+              for s in ((2, 256, 512), (2, 512, 384), (384,))]
+    assert run_module(sm, arrays, opts) <= TOLERANCE["f32"]
+
+
 def test_f32_mlp_block_runs_both_matmuls_on_the_ffma_kernel() -> None:
     """The MLP block at 256 rows: x @ w1 (+ b1, gelu) reads an argument, the second
     matmul the first's result in the arena; both on ffma-tiled."""

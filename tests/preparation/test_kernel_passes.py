@@ -14,7 +14,7 @@ from stage_programs import GRAPHS, graph, graph_shapes, offset_matmul, program, 
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.pipeline import prepare_through, run_stage
-from accy.preparation.options import RunOptions
+from accy.preparation.options import FFMA_UNROLL, RunOptions
 from accy.preparation.products import SemanticModule
 from accy.preparation.stages import PreparationRequest
 
@@ -327,6 +327,15 @@ def test_ffma_tiles_are_options():
     assert p["tile"] == (64, 128, 8)
 
 
+@pytest.mark.parametrize("opts,unroll", [
+    ((), FFMA_UNROLL), (("kernel.ffma_unroll=2",), 2), (("kernel.ffma_unroll=1",), 1),
+    (("kernel.ffma_unroll=16",), 8),                        # at most the stage's depth
+    (("kernel.ffma_unroll=16", "kernel.ffma_tile_k=16"), 16)])
+def test_ffma_unroll_is_a_plan_field(opts, unroll):
+    (p,) = plans(kernel(f32_matmul(1024, 1024, 1024), opts=list(opts)))
+    assert p["mapping"] == "ffma-tiled" and p["unroll"] == unroll
+
+
 TRANSPOSED_B = program(["tensor<256x128xf32>", "tensor<256x128xf32>"], ["tensor<256x256xf32>"], """\
     %0 = "semantic.transpose"(%a1) {permutation = array<i64: 1, 0>} : (tensor<256x128xf32>) -> tensor<128x256xf32>
     %1 = "semantic.matmul"(%a0, %0) : (tensor<256x128xf32>, tensor<128x256xf32>) -> tensor<256x256xf32>
@@ -369,7 +378,9 @@ def test_an_unaligned_arena_operand_keeps_the_generic_tiles():
 
 
 @pytest.mark.parametrize("option", ["kernel.ffma_tile_m=32", "kernel.ffma_tile_n=256",
-                                    "kernel.ffma_tile_k=4", "kernel.ffma_tile_k=32"])
+                                    "kernel.ffma_tile_k=4", "kernel.ffma_tile_k=32",
+                                    "kernel.ffma_unroll=0", "kernel.ffma_unroll=3",
+                                    "kernel.ffma_unroll=32"])
 def test_bad_ffma_tiles_are_option_errors(option):
     from accy.errors import OptionError
 
@@ -406,7 +417,8 @@ def test_every_region_becomes_a_kernel_and_a_launch():
 
 @pytest.mark.parametrize("option,fused", [
     ("kernel.block_size=128", False), ("kernel.vector_width=1", False),
-    ("kernel.ffma_tile_k=16", False), ("kernel.tile_m=32", False),
+    ("kernel.ffma_tile_k=16", False), ("kernel.ffma_unroll=2", False),
+    ("kernel.tile_m=32", False),
     ("kernel.rows_per_block=2", False), ("kernel.attention_tile_n=32", True),
     ("kernel.attention_tile_m=32", True), ("kernel.attention_threads=128", True),
     ("kernel.attention_prefetch=true", True)])

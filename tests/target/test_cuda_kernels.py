@@ -492,6 +492,16 @@ def test_ffma_variants_compile(tiles, epilogue: bool) -> None:  # type: ignore[n
     cubin(text)
 
 
+@pytest.mark.parametrize("unroll,pragma", [(1, "#pragma unroll 1"), (4, "#pragma unroll 4"),
+                                           (8, "#pragma unroll")])
+def test_ffma_unroll_is_the_k_loop_pragma(unroll: int, pragma: str) -> None:
+    text = source(matmul(256, 384, 512, "f32", (2,), True), {},
+                  (f"kernel.ffma_unroll={unroll}",))
+    k = kernel_text(text, "k0_matmul")
+    assert f"    {pragma}\n    for (int q = 0; q < 8; ++q) {{" in k
+    cubin(text)
+
+
 def test_ragged_f32_matmuls_keep_the_generic_kernel() -> None:
     text = source(matmul(129, 130, 33, "f32", (2,), epilogue=True), {})
     assert "__shared__ float As[16][65];" in text and "fmaf(ra[i], rb[jj], acc[i][jj])" in text

@@ -389,6 +389,8 @@ class PlanKernels(Pass):
     ffma_tile: tuple[int, int, int] = (KernelOptions.ffma_tile_m, KernelOptions.ffma_tile_n,
                                        KernelOptions.ffma_tile_k)
     """The ``ffma-tiled`` kernel: on or off, and its tiles (m, n: 0 picks by shape)."""
+    ffma_unroll: int = KernelOptions.ffma_unroll
+    """The ``ffma-tiled`` k steps unrolled together (at most ``ffma_tile``'s k)."""
     attention_tile: tuple[int, int, int] = (KernelOptions.attention_tile_m,
                                             KernelOptions.attention_tile_n,
                                             KernelOptions.attention_threads)
@@ -588,7 +590,8 @@ class PlanKernels(Pass):
         return {"mapping": "ffma-tiled", "block": (tm * tn // 64, 1, 1),
                 "grid": (n // tn, m // tm, batch), "vector_width": 4,
                 "shared_bytes": 2 * tk * ((tm + FFMA_A_PAD) + tn) * 4,
-                "tile": (tm, tn, tk), "micro_tile": (8, 8), "stages": 2}
+                "tile": (tm, tn, tk), "micro_tile": (8, 8), "stages": 2,
+                "unroll": min(self.ffma_unroll, tk)}
 
     def attention_plan(self, region: RegionOp, offsets: dict[int, int]) -> dict[str, object]:
         """The ``flash`` plan of an attention region (see the module docstring).
