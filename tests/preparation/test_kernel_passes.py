@@ -14,7 +14,7 @@ from stage_programs import GRAPHS, graph, graph_shapes, offset_matmul, program, 
 from accy.dialects.kernel import KernelFuncOp, LaunchOp
 from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.pipeline import prepare_through, run_stage
-from accy.preparation.options import FFMA_UNROLL, RunOptions
+from accy.preparation.options import RunOptions
 from accy.preparation.products import SemanticModule
 from accy.preparation.stages import PreparationRequest
 
@@ -328,9 +328,10 @@ def test_ffma_tiles_are_options():
 
 
 @pytest.mark.parametrize("opts,unroll", [
-    ((), FFMA_UNROLL), (("kernel.ffma_unroll=2",), 2), (("kernel.ffma_unroll=1",), 1),
+    ((), 8), (("kernel.ffma_unroll=2",), 2), (("kernel.ffma_unroll=1",), 1),
     (("kernel.ffma_unroll=16",), 8),                        # at most the stage's depth
-    (("kernel.ffma_unroll=16", "kernel.ffma_tile_k=16"), 16)])
+    (("kernel.ffma_tile_k=16",), 16),                       # all of a stage by default
+    (("kernel.ffma_unroll=4", "kernel.ffma_tile_k=16"), 4)])
 def test_ffma_unroll_is_a_plan_field(opts, unroll):
     (p,) = plans(kernel(f32_matmul(1024, 1024, 1024), opts=list(opts)))
     assert p["mapping"] == "ffma-tiled" and p["unroll"] == unroll
