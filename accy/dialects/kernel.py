@@ -102,7 +102,10 @@ class KernelPlan:
     """Row kernels: rows and the length of each row."""
     rows_per_block: int = 1
     items: int = 1
-    """Row kernels: rows a block handles; vector items per thread per row."""
+    """Row kernels: rows a block handles; vector items per thread per row.
+    ``thread-per-row``: ``block / rows_per_block`` threads share a row (thread ``i``
+    walks row ``i % rows_per_block`` from element ``i / rows_per_block``, every
+    ``block / rows_per_block``-th), their reductions combined through shared memory."""
     cached_inputs: tuple[int, ...] = ()
     """Row kernels: inputs held in registers across the row's passes."""
     aliased_params: tuple[int, ...] = ()

@@ -191,6 +191,11 @@ class KernelOptions:
     """Elements per vector load/store (1, 2 or 4)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
+    column_split: int = 0
+    """Threads that share a row whose elements are a column in memory (a softmax over
+    axis 0: ``thread-per-row``), each walking every ``column_split``-th element, their
+    reductions combined through shared memory (1, 2, 4 or 8; 0 picks by row length:
+    :func:`accy.preparation.passes.kernel.column_split`)."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
@@ -301,10 +306,7 @@ class KernelOptions:
             raise OptionError(f"kernel.wgmma_stages must be 2 to 6, got {self.wgmma_stages}")
         if not 1 <= self.wgmma_raster <= 64:
             raise OptionError(f"kernel.wgmma_raster must be 1 to 64, got {self.wgmma_raster}")
-        if self.vector_width not in (1, 2, 4):
-            raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
-        if self.rows_per_block < 0:
-            raise OptionError("kernel.rows_per_block must be >= 0")
+        self._check_rows()
         for n in ("tile_m", "tile_n"):
             _positive(f"kernel.{n}", getattr(self, n), power_of_two=True, at_most=128)
             if getattr(self, n) < 16:
@@ -313,6 +315,15 @@ class KernelOptions:
         if self.tile_k < 4:
             raise OptionError("kernel.tile_k must be at least 4")
         self._check_ffma_tiles()
+
+    def _check_rows(self) -> None:
+        if self.vector_width not in (1, 2, 4):
+            raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
+        if self.rows_per_block < 0:
+            raise OptionError("kernel.rows_per_block must be >= 0")
+        if self.column_split not in (0, 1, 2, 4, 8):
+            raise OptionError(f"kernel.column_split must be 0 (by row), 1, 2, 4 or 8, got "
+                              f"{self.column_split}")
 
     def _check_attention_tiles(self) -> None:
         for n in ("attention_tile_m", "attention_tile_n"):

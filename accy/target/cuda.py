@@ -503,13 +503,26 @@ class _RowEmitter:
         self.items = plan.items
         self.warp = plan.mapping == "warp-per-row"
         self.alone = plan.mapping == "thread-per-row"
-        """A thread per row, walking it alone: no shuffles, no shared memory."""
-        self.tpr = 32 if self.warp else 1 if self.alone else plan.block[0]
+        """A thread per row (or ``split``), walking it alone: no shuffles."""
+        self.split = plan.block[0] // plan.rows_per_block if self.alone else 1
+        """``thread-per-row``: threads sharing a row, every split-th element each, their
+        reductions combined through shared memory."""
+        self.tpr = 32 if self.warp else self.split if self.alone else plan.block[0]
         self.cached = set(plan.cached_inputs)
         self.lines: list[str] = []
         self.head = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
                      f"{k.sym_name}({', '.join(params)}) {{"]
-        if self.alone:
+        if self.alone and self.split > 1:
+            # every thread reaches the barriers: one past the last row reads the last
+            # row again (accy_rows > 0: the plan's rows) and stores nothing
+            rpb = plan.rows_per_block
+            self.head += [f"  const int t = threadIdx.x / {rpb};",
+                          f"  const long long accy_r = (long long)blockIdx.x * {rpb} + "
+                          f"threadIdx.x % {rpb};",
+                          "  const bool accy_live = accy_r < accy_rows;",
+                          "  const long long row = accy_live ? accy_r : accy_rows - 1;",
+                          f"  __shared__ double accy_sh[{plan.block[0]}];"]
+        elif self.alone:
             self.head += [f"  const long long row = (long long)blockIdx.x * {plan.block[0]}"
                           " + threadIdx.x;",
                           "  const int t = 0;",
@@ -640,6 +653,14 @@ class _RowEmitter:
                     val = b.expr(op.operands[0], self.ident, inner, lane)
                     inner.lines.append(f"{acc} = {combine(kind, acc, val, ct, cuda=True)};")
             self.column_loop(accumulate)
+            if self.split > 1:  # the row's threads' partials, in order, through shared memory
+                rpb = self.k.plan.rows_per_block
+                lines += [f"accy_sh[threadIdx.x] = (double){acc};", "__syncthreads();",
+                          f"{acc} = ({ct})accy_sh[threadIdx.x % {rpb}];"]
+                lines += [f"{acc} = " + combine(kind, acc, f"({ct})accy_sh[{i * rpb} + "
+                                                f"threadIdx.x % {rpb}]", ct, cuda=True) + ";"
+                          for i in range(1, self.split)]
+                lines.append("__syncthreads();")
             if not self.alone:
                 lines.append(_shuffle_tree(kind, acc, ct))
             if not self.warp and not self.alone:
@@ -670,7 +691,7 @@ class _RowEmitter:
             for oi, v in reduced:
                 val = self.b.expr(v, ridx, red_scope, 0)
                 stores.append(f"{self.outs[oi]}[row] = {store_convert(val, elem_of(v))};")
-            self.lines.append("if (t == 0) {")
+            self.lines.append("if (t == 0 && accy_live) {" if self.split > 1 else "if (t == 0) {")
             self.lines.extend("  " + s for s in red_scope.lines + stores)
             self.lines.append("}")
 
@@ -685,10 +706,12 @@ class _RowEmitter:
         # that is a column of the output: thread-per-row)
         moved = [(oi, v, perm, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
                  for oi, v, perm in transposed]
+        live = "if (accy_live) " if self.split > 1 else ""
         for oi, v, perm, vals in moved:
             for lane, val in enumerate(vals):
                 off = self.b.transposed_offset(self.shape, self.ident, perm, lane)
-                inner.lines.append(f"{outs[oi]}[{off}] = {store_convert(val, elem_of(v))};")
+                inner.lines.append(f"{live}{outs[oi]}[{off}] = "
+                                   f"{store_convert(val, elem_of(v))};")
         for oi, v, vals in computed:
             el = elem_of(v)
             if vec > 1 and el != "f32":
@@ -697,7 +720,7 @@ class _RowEmitter:
                 inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                    f"{cols} + c) = make_float{vec}({', '.join(vals)});")
             else:
-                inner.lines.append(f"{outs[oi]}[row * {cols} + c] = "
+                inner.lines.append(f"{live}{outs[oi]}[row * {cols} + c] = "
                                    f"{store_convert(vals[0], el)};")
 
 

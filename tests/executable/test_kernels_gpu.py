@@ -286,6 +286,17 @@ def test_column_softmax_runs_a_thread_per_column(element: str, cols: int) -> Non
         TOLERANCE[element] * (1 if element != "f32" else 5)
 
 
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+def test_column_softmax_split_over_threads(element: str, split: int) -> None:
+    """``kernel.column_split``: 1, 2, 4 or 8 threads share a column of the softmax over
+    axis 0, their max and sum combined through shared memory; 20001 columns leave the
+    grid's last block ragged."""
+    tol = TOLERANCE[element] * (1 if element != "f32" else 5)
+    assert run_graph("softmax_axis0", element, {"rows": 64, "cols": 20001},
+                     [f"kernel.column_split={split}"]) <= tol
+
+
 @pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
 def test_long_reductions_split_in_two_match_the_reference(element: str) -> None:
     """graphs/reductions.mlir at 8192 × 4096: the column max is split

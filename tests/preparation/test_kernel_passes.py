@@ -381,7 +381,8 @@ def test_an_unaligned_arena_operand_keeps_the_generic_tiles():
 @pytest.mark.parametrize("option", ["kernel.ffma_tile_m=32", "kernel.ffma_tile_n=256",
                                     "kernel.ffma_tile_k=4", "kernel.ffma_tile_k=32",
                                     "kernel.ffma_unroll=0", "kernel.ffma_unroll=3",
-                                    "kernel.ffma_unroll=32"])
+                                    "kernel.ffma_unroll=32", "kernel.column_split=3",
+                                    "kernel.column_split=16"])
 def test_bad_ffma_tiles_are_option_errors(option):
     from accy.errors import OptionError
 

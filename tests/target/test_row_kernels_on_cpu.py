@@ -25,6 +25,7 @@ from accy.executable.device import compile_cuda  # noqa: E402
 from accy.numerics import bf16_bits  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
+from accy.preparation.passes.kernel import column_split  # noqa: E402
 from accy.preparation.products import SemanticModule  # noqa: E402
 from accy.reference import run_reference  # noqa: E402
 
@@ -136,6 +137,42 @@ def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
     sm = graph("softmax_axis0")
     x = np.random.default_rng(0).standard_normal((64, 16384 + 77)).astype(np.float32) * 4
     assert max_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
+
+
+@needs_cxx
+@pytest.mark.parametrize("split", [0, 1, 2, 4, 8])
+@pytest.mark.parametrize("element,rows", [("f32", 64), ("f32", 67), ("bf16", 67)])
+def test_a_column_softmax_split_over_threads_matches_the_reference_on_the_cpu(
+        split: int, element: str, rows: int) -> None:
+    """``column_split`` threads share a column (every split-th value each; 0 picks: 2 for
+    64 values, 4 for 67), their max and sum combined through shared memory; the grid's last
+    block is ragged (16461 columns) and 67 values leave a split's last step short."""
+    text = (Path(__file__).resolve().parents[2] / "graphs" / "softmax_axis0.mlir").read_text()
+    sm = SemanticModule.from_text(with_element(text.replace("64x", f"{rows}x"), element))
+    x = np.random.default_rng(3).standard_normal((rows, 16384 + 77)).astype(np.float32) * 4
+    job = cuda_job(sm, {0: x.shape}, [f"kernel.column_split={split}"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    threads = split or column_split(rows, 256)
+    assert k.plan.mapping == "thread-per-row" and k.plan.block == (256, 1, 1)
+    assert k.plan.rows_per_block == 256 // threads and k.plan.items == -(-rows // threads)
+    assert k.plan.cached_inputs == ((0,) if k.plan.items <= 64 else ())  # 67 alone: read again
+    (body,) = kernel_bodies(job).values()
+    assert ("__syncthreads();" in body) == (threads > 1)
+    assert max_error(job, sm, [x]) <= (1e-5 if element == "f32" else TOLERANCE[element])
+
+
+@needs_cxx
+@pytest.mark.parametrize("split", [1, 4])
+def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> None:
+    """The reductions program at 100 × 16389: its kept column max is a thread-per-row
+    kernel whose per-row result the first of a row's threads stores."""
+    sm = reductions(100, 16389)
+    x = np.random.default_rng(4).standard_normal((100, 16389)).astype(np.float32)
+    job = cuda_job(sm, opts=[f"kernel.column_split={split}"])
+    split_kernels = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)
+                     and k.plan.mapping == "thread-per-row"]
+    assert split_kernels and all(k.plan.rows_per_block == 256 // split for k in split_kernels)
+    assert max_error(job, sm, [x]) <= TOLERANCE["f32"]
 
 
 # ---------------------------------------- half rows whose reductions chain

@@ -112,6 +112,28 @@ MAX_THREAD_ROW = 256
 """The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
 MIN_THREAD_ROWS = 16384
 """Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
+COLUMN_SPLIT_ITEMS = 32
+"""The most elements of a row one ``thread-per-row`` thread walks where ``column_split``
+is picked (:func:`column_split`)."""
+
+
+def column_split(cols: int, block: int) -> int:
+    """Threads that share a ``thread-per-row`` row of ``cols`` elements (rows that are
+    columns in memory) in a block of ``block`` threads: the fewest (a power of two, at
+    most 8, and at most a warp of rows per block each) that leave each at most
+    :data:`COLUMN_SPLIT_ITEMS` elements.
+
+    A thread alone on a column softmax's 64 values held them in 80 registers, 768
+    threads an SM: ncu on an H100 (bf16, 64×524288) read 59 % of DRAM and 59 % of the
+    SM, 34 % achieved occupancy, neither bound (RESULTS.md, kernels, twentieth session).
+
+    >>> column_split(64, 256), column_split(32, 256), column_split(256, 256), column_split(256, 64)
+    (2, 1, 8, 2)
+    """
+    split = 1
+    while cols > COLUMN_SPLIT_ITEMS * split and split < 8 and block // (2 * split) >= 32:
+        split *= 2
+    return split
 
 
 def row_block_size(cols: int, element_bytes: int, chained: bool = False,
@@ -391,6 +413,8 @@ class PlanKernels(Pass):
     """The ``ffma-tiled`` kernel: on or off, and its tiles (m, n: 0 picks by shape)."""
     ffma_unroll: int = KernelOptions.ffma_unroll
     """The ``ffma-tiled`` k steps unrolled together (at most ``ffma_tile``'s k)."""
+    column_split: int = KernelOptions.column_split
+    """Threads sharing a ``thread-per-row`` row (0: :func:`column_split` picks)."""
     attention_tile: tuple[int, int, int] = (KernelOptions.attention_tile_m,
                                             KernelOptions.attention_tile_n,
                                             KernelOptions.attention_threads)
@@ -452,15 +476,19 @@ class PlanKernels(Pass):
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
             if _column_rows(region) and 0 < cols <= MAX_THREAD_ROW and rows >= MIN_THREAD_ROWS:
-                # rows that are columns in memory: a thread per row walks its row, and
-                # the threads of a warp read 32 neighbouring addresses at each step
-                items = cols
+                # rows that are columns in memory: a thread per row walks its row (or
+                # ``split`` threads, every split-th element each), and the threads of a
+                # warp read 32 neighbouring addresses at each step
+                split = min(self.column_split or column_split(cols, bs), max(1, bs // 32))
+                items = math.ceil(cols / split)
                 cached = _cached_inputs(region, transposed=True) \
-                    if cols <= MAX_THREAD_CACHED else ()
+                    if items <= MAX_THREAD_CACHED else ()
+                rpb = bs // split
                 return {"mapping": "thread-per-row", "block": (bs, 1, 1),
-                        "grid": (max(1, math.ceil(rows / bs)), 1, 1), "vector_width": 1,
-                        "shared_bytes": 0, "rows": rows, "cols": cols, "rows_per_block": bs,
-                        "items": items, "cached_inputs": cached}
+                        "grid": (max(1, math.ceil(rows / rpb)), 1, 1), "vector_width": 1,
+                        "shared_bytes": 8 * bs if split > 1 else 0, "rows": rows,
+                        "cols": cols, "rows_per_block": rpb, "items": items,
+                        "cached_inputs": cached}
             vec = width if (aligned and cols % width == 0) else 1
             halves = width > self.vector_width  # no f32 buffer: the width doubled
             while halves and vec > 1 and cols < 32 * vec:
