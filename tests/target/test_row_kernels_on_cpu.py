@@ -144,8 +144,8 @@ def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
 @pytest.mark.parametrize("element,rows", [("f32", 64), ("f32", 67), ("bf16", 67)])
 def test_a_column_softmax_split_over_threads_matches_the_reference_on_the_cpu(
         split: int, element: str, rows: int) -> None:
-    """``column_split`` threads share a column (every split-th value each; 0 picks: 2 for
-    64 values, 4 for 67), their max and sum combined through shared memory; the grid's last
+    """``column_split`` threads share a column (every split-th value each; 0 picks: 4 for
+    64 values, 8 for 67), their max and sum combined through shared memory; the grid's last
     block is ragged (16461 columns) and 67 values leave a split's last step short."""
     text = (Path(__file__).resolve().parents[2] / "graphs" / "softmax_axis0.mlir").read_text()
     sm = SemanticModule.from_text(with_element(text.replace("64x", f"{rows}x"), element))

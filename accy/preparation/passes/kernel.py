@@ -112,7 +112,7 @@ MAX_THREAD_ROW = 256
 """The longest row a thread walks alone (``thread-per-row``, rows that are columns)."""
 MIN_THREAD_ROWS = 16384
 """Fewer rows than this keep a warp per row: a thread per row would leave the GPU idle."""
-COLUMN_SPLIT_ITEMS = 32
+COLUMN_SPLIT_ITEMS = 16
 """The most elements of a row one ``thread-per-row`` thread walks where ``column_split``
 is picked (:func:`column_split`)."""
 
@@ -125,10 +125,12 @@ def column_split(cols: int, block: int) -> int:
 
     A thread alone on a column softmax's 64 values held them in 80 registers, 768
     threads an SM: ncu on an H100 (bf16, 64×524288) read 59 % of DRAM and 59 % of the
-    SM, 34 % achieved occupancy, neither bound (RESULTS.md, kernels, twentieth session).
+    SM, 34 % achieved occupancy, neither bound. Shared by 2 / 4 / 8 threads (48 / 32
+    registers at 2 / 4) the f32 kernel ran +1.6 / +1.4 / −2.9 %, bf16 and f16 +4 / +7 /
+    −4 % (RESULTS.md, kernels, twentieth session): 16 values a thread.
 
-    >>> column_split(64, 256), column_split(32, 256), column_split(256, 256), column_split(256, 64)
-    (2, 1, 8, 2)
+    >>> column_split(64, 256), column_split(16, 256), column_split(256, 256), column_split(256, 64)
+    (4, 1, 8, 2)
     """
     split = 1
     while cols > COLUMN_SPLIT_ITEMS * split and split < 8 and block // (2 * split) >= 32:
