@@ -490,6 +490,28 @@ def emit_rows(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return _RowEmitter(k, fast_math).emit()
 
 
+WIDE_SLOTS = ("long long", "unsigned long long")
+"""Compute types whose reduction partials cross a row kernel's shared ``accy_sh`` (an
+array of ``double``) as themselves: a double keeps 53 bits, so an i64 row sum of 8192
+values near 2^40 came back 2^24 off; every other compute type (float, double, and the
+32-bit integers) goes through ``double`` exactly."""
+
+
+def _shared_slot(ct: str, index: str) -> str:
+    """Slot ``index`` of ``accy_sh`` as an lvalue for a partial of compute type ``ct``."""
+    return f"reinterpret_cast<{ct}*>(accy_sh)[{index}]" if ct in WIDE_SLOTS \
+        else f"accy_sh[{index}]"
+
+
+def _to_slot(ct: str, acc: str) -> str:
+    return acc if ct in WIDE_SLOTS else f"(double){acc}"
+
+
+def _from_slot(ct: str, index: str) -> str:
+    """The partial in slot ``index``, as ``ct``."""
+    return _shared_slot(ct, index) if ct in WIDE_SLOTS else f"({ct})accy_sh[{index}]"
+
+
 class _RowEmitter:
     """The pieces of one row kernel, emitted in order (:func:`emit_rows`)."""
 
@@ -655,19 +677,21 @@ class _RowEmitter:
             self.column_loop(accumulate)
             if self.split > 1:  # the row's threads' partials, in order, through shared memory
                 rpb = self.k.plan.rows_per_block
-                lines += [f"accy_sh[threadIdx.x] = (double){acc};", "__syncthreads();",
-                          f"{acc} = ({ct})accy_sh[threadIdx.x % {rpb}];"]
-                lines += [f"{acc} = " + combine(kind, acc, f"({ct})accy_sh[{i * rpb} + "
-                                                f"threadIdx.x % {rpb}]", ct, cuda=True) + ";"
+                lines += [f"{_shared_slot(ct, 'threadIdx.x')} = {_to_slot(ct, acc)};",
+                          "__syncthreads();",
+                          f"{acc} = {_from_slot(ct, f'threadIdx.x % {rpb}')};"]
+                lines += [f"{acc} = " + combine(kind, acc, _from_slot(
+                    ct, f"{i * rpb} + threadIdx.x % {rpb}"), ct, cuda=True) + ";"
                           for i in range(1, self.split)]
                 lines.append("__syncthreads();")
             if not self.alone:
                 lines.append(_shuffle_tree(kind, acc, ct))
             if not self.warp and not self.alone:
                 nw = self.tpr // 32
-                lines += [f"if ((t & 31) == 0) accy_sh[t >> 5] = (double){acc};",
+                lines += [f"if ((t & 31) == 0) {_shared_slot(ct, 't >> 5')} = "
+                          f"{_to_slot(ct, acc)};",
                           "__syncthreads();",
-                          f"{acc} = (t & 31) < {nw} ? ({ct})accy_sh[t & 31] : "
+                          f"{acc} = (t & 31) < {nw} ? {_from_slot(ct, 't & 31')} : "
                           f"{reduce_init(kind, el)};",
                           _shuffle_tree(kind, acc, ct),
                           "__syncthreads();"]

@@ -69,7 +69,7 @@ static inline unsigned accy_pack_h2(float lo, float hi) {
 thread_local accy_dim3 threadIdx, blockIdx;
 static accy_dim3 blockDim, gridDim;
 static std::barrier<>* accy_bar;
-static float accy_slots[1024];
+alignas(8) static unsigned char accy_slots[1024 * 8];
 #define __global__
 #define __restrict__
 #define __launch_bounds__(...)
@@ -79,10 +79,11 @@ alignas(16) float accy_smem[64 * 1024];
 template <class T> static inline T __ldg(const T* p) { return *p; }
 static inline void __syncthreads() { accy_bar->arrive_and_wait(); }
 static std::barrier<>* accy_warp_bar[32];
-static inline float __shfl_xor_sync(unsigned, float v, int o) {
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {
   std::barrier<>* bar = accy_warp_bar[threadIdx.x >> 5];
-  accy_slots[threadIdx.x] = v; bar->arrive_and_wait();
-  const float r = accy_slots[threadIdx.x ^ o]; bar->arrive_and_wait(); return r;
+  T* slots = reinterpret_cast<T*>(accy_slots);
+  slots[threadIdx.x] = v; bar->arrive_and_wait();
+  const T r = slots[threadIdx.x ^ o]; bar->arrive_and_wait(); return r;
 }
 #define __expf expf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

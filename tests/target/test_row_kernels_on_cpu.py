@@ -54,7 +54,7 @@ def global_reads(body: str, param: str = "in0") -> int:
     return len(re.findall(rf"\b{param}\[|\b{param} \+", body))
 
 
-STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i64": np.int64}
 """The kernels' storage type of each float element type (bf16: its bit patterns)."""
 
 
@@ -85,8 +85,9 @@ def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: igno
             a = array(s.alias_of)[:n]
         else:
             a = array(s.inplace_of)[:n] if s.inplace_of >= 0 else \
-                np.full(n, np.nan, np.float32).astype(dtype) if s.dtype != "bf16" else \
-                np.full(n, 0x7fc0, np.uint16)
+                np.full(n, 0x7fc0, np.uint16) if s.dtype == "bf16" else \
+                np.full(n, -1, dtype) if np.issubdtype(dtype, np.integer) else \
+                np.full(n, np.nan, dtype)
             results[s.index] = a.reshape(s.shape)
         assert a.flags.c_contiguous
         arrays[i] = a
@@ -173,6 +174,37 @@ def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> 
                      and k.plan.mapping == "thread-per-row"]
     assert split_kernels and all(k.plan.rows_per_block == 256 // split for k in split_kernels)
     assert max_error(job, sm, [x]) <= TOLERANCE["f32"]
+
+
+def i64_sum(shape: tuple[int, int], axis: int) -> SemanticModule:
+    """``reduce_sum`` of an i64 ``shape`` over ``axis``."""
+    out = shape[1 - axis]
+    return SemanticModule.from_text(f'''"builtin.module"() ({{
+  "func.func"() <{{function_type = (tensor<{shape[0]}x{shape[1]}xi64>) -> tensor<{out}xi64>, sym_name = "main"}}> ({{
+  ^bb0(%x: tensor<{shape[0]}x{shape[1]}xi64>):
+    %0 = "semantic.reduce_sum"(%x) {{axes = array<i64: {axis}>, keepdims = false}} : (tensor<{shape[0]}x{shape[1]}xi64>) -> tensor<{out}xi64>
+    "func.return"(%0) : (tensor<{out}xi64>) -> ()
+  }}) : () -> ()
+}}) : () -> ()''')
+
+
+@needs_cxx
+@pytest.mark.parametrize("shape,axis,mapping,base", [
+    ((4, 8192), 1, "block-per-row", 49),      # a warp's partial near 2^59
+    ((64, 16389), 0, "thread-per-row", 52),   # four threads a column: partials near 2^56
+])
+def test_i64_row_sums_cross_shared_memory_exactly(shape: tuple[int, int], axis: int,
+                                                  mapping: str, base: int) -> None:
+    """A row kernel's partials cross shared memory as themselves, not through ``double``
+    (53 bits): sums of values near 2^49 / 2^52 come out exact."""
+    sm = i64_sum(shape, axis)
+    x = np.random.default_rng(5).integers(0, 2 ** 20, shape, dtype=np.int64) + 2 ** base
+    job = cuda_job(sm)
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.mapping == mapping
+    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+    (got,) = run_on_cpu(job, [x])
+    assert np.array_equal(got, x.sum(axis=axis))
 
 
 # ---------------------------------------- half rows whose reductions chain
