@@ -153,10 +153,10 @@ FFMA_UNROLL = 16
 """k steps of an ``ffma-tiled`` shared stage unrolled together (``kernel.ffma_unroll``,
 at most the stage's ``ffma_tile_k``): each is a thread's 64 FMAs on its 8×8 outputs, so
 the stage's steps unrolled are most of what NVRTC compiles in an f32 matmul. All of them
-by default: on an H100, 2 of 8 compiled
-the FFMA matmul in 0.096 s instead of 0.152 (the f32 MLP 0.155 / 0.189) but ran it 12 %
-slower (0.78 against 0.89× cuBLAS at 2048³–8192³; RESULTS.md, kernels, twentieth
-session); fewer are for sweeps that compile more than they run."""
+by default: on an H100, 2 of 8 compiled the FFMA matmul in 0.096 s instead of 0.152 (the
+f32 MLP 0.155 / 0.189) but ran it 12 % slower (0.78 against 0.89× cuBLAS at 2048³–8192³;
+RESULTS.md, kernels, twentieth session); fewer are for sweeps that compile more than
+they run."""
 
 WGMMA_WAVE = 132
 """Blocks of a warpgroup matmul resident at once on an H100 SXM or H200 (132 SMs, one

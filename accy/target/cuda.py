@@ -497,20 +497,19 @@ values near 2^45 came back 11 off; every other compute type (float, double, and 
 32-bit integers) goes through ``double`` exactly."""
 
 
-def _shared_slot(ct: str, index: str) -> str:
-    """Slot ``index`` of ``accy_sh`` as an lvalue for a partial of compute type ``ct``."""
-    return f"reinterpret_cast<{ct}*>(accy_sh)[{index}]" if ct in WIDE_SLOTS \
-        else f"accy_sh[{index}]"
+def _store_partial(ct: str, index: str, acc: str) -> str:
+    """The statement that puts ``acc`` (of compute type ``ct``) in slot ``index`` of
+    ``accy_sh``."""
+    if ct in WIDE_SLOTS:
+        return f"reinterpret_cast<{ct}*>(accy_sh)[{index}] = {acc};"
+    return f"accy_sh[{index}] = (double){acc};"
 
 
-def _to_slot(ct: str, acc: str) -> str:
-    """``acc`` (of compute type ``ct``) as :func:`_shared_slot` stores it."""
-    return acc if ct in WIDE_SLOTS else f"(double){acc}"
-
-
-def _from_slot(ct: str, index: str) -> str:
-    """The partial in slot ``index``, as ``ct``."""
-    return _shared_slot(ct, index) if ct in WIDE_SLOTS else f"({ct})accy_sh[{index}]"
+def _load_partial(ct: str, index: str) -> str:
+    """The partial in slot ``index`` of ``accy_sh``, as ``ct``."""
+    if ct in WIDE_SLOTS:
+        return f"reinterpret_cast<{ct}*>(accy_sh)[{index}]"
+    return f"({ct})accy_sh[{index}]"
 
 
 class _RowEmitter:
@@ -678,10 +677,9 @@ class _RowEmitter:
             self.column_loop(accumulate)
             if self.split > 1:  # the row's threads' partials, in order, through shared memory
                 rpb = self.k.plan.rows_per_block
-                lines += [f"{_shared_slot(ct, 'threadIdx.x')} = {_to_slot(ct, acc)};",
-                          "__syncthreads();",
-                          f"{acc} = {_from_slot(ct, f'threadIdx.x % {rpb}')};"]
-                lines += [f"{acc} = " + combine(kind, acc, _from_slot(
+                lines += [_store_partial(ct, "threadIdx.x", acc), "__syncthreads();",
+                          f"{acc} = {_load_partial(ct, f'threadIdx.x % {rpb}')};"]
+                lines += [f"{acc} = " + combine(kind, acc, _load_partial(
                     ct, f"{i * rpb} + threadIdx.x % {rpb}"), ct, cuda=True) + ";"
                           for i in range(1, self.split)]
                 lines.append("__syncthreads();")
@@ -689,10 +687,9 @@ class _RowEmitter:
                 lines.append(_shuffle_tree(kind, acc, ct))
             if not self.warp and not self.alone:
                 nw = self.tpr // 32
-                lines += [f"if ((t & 31) == 0) {_shared_slot(ct, 't >> 5')} = "
-                          f"{_to_slot(ct, acc)};",
+                lines += [f"if ((t & 31) == 0) {_store_partial(ct, 't >> 5', acc)}",
                           "__syncthreads();",
-                          f"{acc} = (t & 31) < {nw} ? {_from_slot(ct, 't & 31')} : "
+                          f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, 't & 31')} : "
                           f"{reduce_init(kind, el)};",
                           _shuffle_tree(kind, acc, ct),
                           "__syncthreads();"]

@@ -117,11 +117,12 @@ COLUMN_SPLIT_ITEMS = 16
 is picked (:func:`column_split`)."""
 
 
-def column_split(cols: int, block: int) -> int:
+def column_split(cols: int, block: int, want: int = 0) -> int:
     """Threads that share a ``thread-per-row`` row of ``cols`` elements (rows that are
-    columns in memory) in a block of ``block`` threads: the fewest (a power of two, at
-    most 8, and at most a warp of rows per block each) that leave each at most
-    :data:`COLUMN_SPLIT_ITEMS` elements.
+    columns in memory) in a block of ``block`` threads: ``want`` (the option), else the
+    fewest (a power of two, at most 8) that leave each at most
+    :data:`COLUMN_SPLIT_ITEMS` elements; either way few enough that a block still holds
+    a warp of rows.
 
     A thread alone on a column softmax's 64 values held them in 80 registers, 768
     threads an SM: ncu on an H100 (bf16, 64×524288) read 59 % of DRAM and 59 % of the
@@ -131,11 +132,13 @@ def column_split(cols: int, block: int) -> int:
 
     >>> column_split(64, 256), column_split(16, 256), column_split(256, 256), column_split(256, 64)
     (4, 1, 8, 2)
+    >>> column_split(64, 256, want=8), column_split(64, 64, want=8)
+    (8, 2)
     """
-    split = 1
-    while cols > COLUMN_SPLIT_ITEMS * split and split < 8 and block // (2 * split) >= 32:
+    split = want or 1
+    while not want and cols > COLUMN_SPLIT_ITEMS * split and split < 8:
         split *= 2
-    return split
+    return max(1, min(split, block // 32))
 
 
 def row_block_size(cols: int, element_bytes: int, chained: bool = False,
@@ -481,7 +484,7 @@ class PlanKernels(Pass):
                 # rows that are columns in memory: a thread per row walks its row (or
                 # ``split`` threads, every split-th element each), and the threads of a
                 # warp read 32 neighbouring addresses at each step
-                split = min(self.column_split or column_split(cols, bs), max(1, bs // 32))
+                split = column_split(cols, bs, self.column_split)
                 items = math.ceil(cols / split)
                 cached = _cached_inputs(region, transposed=True) \
                     if items <= MAX_THREAD_CACHED else ()
