@@ -329,8 +329,15 @@ class ExprBuilder:
         self.hoist: Scope | None = None
         """The scope around the column loops (a row's), where such a divisor's
         reciprocal is made."""
+        self.hoist_exact = True
+        """Whether a correctly rounded quotient by a value that reads no column uses a
+        reciprocal made in :attr:`hoist` too (:meth:`divides_by_row`), not only one that
+        need only be right to half precision (:meth:`halves_by_row`)."""
         self.divisors: dict[tuple[Value, tuple[str, ...]], tuple[str, str, str]] = {}
         """Hoisted divisors (:meth:`row_divisor`)."""
+        self.half_divisors: dict[tuple[Value, tuple[str, ...]], tuple[str, str]] = {}
+        """Hoisted divisors of half-demand quotients (:meth:`half_divisor`)."""
+        self._half: dict[Value, bool] = {}
 
     def fresh(self, prefix: str = "t") -> str:
         self.counter += 1
@@ -421,6 +428,10 @@ class ExprBuilder:
             return self.constant(op, idx, lane)
         if name in ("reduce", "matmul"):
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
+        if name == "div" and self.halves_by_row(op, idx):
+            a = self.expr(op.operands[0], idx, scope, lane)
+            s, r = self.half_divisor(op.operands[1], idx, lane)
+            return self.rounded(op, f"(({a}) * {s}) * {r}", rounded)
         if name == "div" and self.divides_by_row(op, idx):
             a = self.expr(op.operands[0], idx, scope, lane)
             b, r, lo = self.row_divisor(op.operands[1], idx, lane)
@@ -468,6 +479,8 @@ class ExprBuilder:
             text = f"accy_erfcf{'_half' if half else ''}({args[0]})"
         elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
             text = f"__{name}f({args[0]})"
+        elif self.cuda and f and name == "exp" and self.half_demand(op.results[0]):
+            text = f"accy_exp_half({args[0]})"  # accy.target.cuda.exp_half_helper
         else:
             text = table[name].format(*args, f=f, one=one, zero=zero)
         return self.rounded(op, text, rounded)
@@ -486,9 +499,20 @@ class ExprBuilder:
         does not change (:attr:`column`), its quotients correctly rounded without an
         IEEE division each (``accy.target.cuda.fdiv_helpers``): CUDA, f32 arithmetic,
         no fast math (which divides approximately anyway)."""
+        return (self.cuda and self.hoist is not None and self.hoist_exact
+                and not self.fast_math and COMPUTE[elem_of(op.operands[0])] == "float"
+                and self.column_free(op.operands[1], idx))
+
+    def halves_by_row(self, op: Operation, idx: tuple[str, ...]) -> bool:
+        """Whether float division ``op`` at ``idx`` is by a value the row's column loop
+        does not change, and its quotient need only be right to a small fraction of a
+        half ulp (:meth:`half_demand`): two products a quotient by a reciprocal and a
+        power-of-two scale made once a row (:meth:`half_divisor`). CUDA, f32
+        arithmetic, no fast math (whose division is approximate anyway)."""
         return (self.cuda and self.hoist is not None and not self.fast_math
                 and COMPUTE[elem_of(op.operands[0])] == "float"
-                and self.column_free(op.operands[1], idx))
+                and self.column_free(op.operands[1], idx)
+                and self.half_demand(op.results[0]))
 
     def column_free(self, v: Value, idx: tuple[str, ...]) -> bool:
         """Whether ``v`` at ``idx`` reads nothing that depends on :attr:`column`."""
@@ -523,6 +547,20 @@ class ExprBuilder:
             self.divisors[key] = (b, r, lo)
         return self.divisors[key]
 
+    def half_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> tuple[str, str]:
+        """The scale ``s`` and reciprocal ``r`` of divisor ``d``, made once in
+        :attr:`hoist`: a quotient ``a / d`` is then ``(a * s) * r``
+        (``accy.target.cuda.HALF_QUOTIENT``)."""
+        assert self.hoist is not None
+        key = (d, idx)
+        if key not in self.half_divisors:
+            b = self.expr(d, idx, self.hoist, lane)
+            s, r = self.fresh("hs"), self.fresh("hr")
+            self.hoist.lines += [f"const float {s} = accy_hscale({b});",
+                                 f"const float {r} = 1.0f / ({b} * {s});"]
+            self.half_divisors[key] = (s, r)
+        return self.half_divisors[key]
+
     def picks_operand(self, op: Operation) -> bool:
         """Whether f16/bf16 float op ``op`` is one of :data:`EXACT_OPS` on operands
         that are already numbers of its type: its value needs no rounding."""
@@ -532,18 +570,56 @@ class ExprBuilder:
 
     def half_demand(self, v: Value) -> bool:
         """Whether f32 ``v`` reaches the kernel's stores only through products,
-        quotients and negations, ending in a cast to f16 or bf16: each passes its
-        relative error through unchanged, so ``v`` need only be right to a small
-        fraction of a half ulp (2^-8 bf16, 2^-11 f16), not to f32's."""
-        if not v.uses:
+        quotients, negations, broadcasts, row maxima and minima, and row sums of values
+        that are never negative, ending in a cast to f16 or bf16: each passes its
+        relative error through unchanged (a sum of terms ``a_i (1 + e_i)``, all ``a_i ≥
+        0``, is its exact sum times ``1 + e`` with ``|e| ≤ max |e_i|``), so ``v`` need
+        only be right to a small fraction of a half ulp (2^-8 bf16, 2^-11 f16), not to
+        f32's. A sum of values of either sign can cancel, and does not pass it."""
+        if v not in self._half:
+            self._half[v] = bool(v.uses) and all(self._half_use(v, op) for op, _ in v.uses)
+        return self._half[v]
+
+    def _half_use(self, v: Value, op: Operation) -> bool:
+        """Whether use ``op`` of ``v`` passes :meth:`half_demand` on."""
+        name = op.op_name.split(".", 1)[-1]
+        if name == "cast":
+            return elem_of(op.results[0]) in ("f16", "bf16")
+        if name == "reduce":
+            kind = op.attr("kind")
+            assert isinstance(kind, StringAttr)
+            if kind.value == "sum" and not self.non_negative(v):
+                return False
+        elif name not in ("mul", "div", "neg", "broadcast", "transpose"):
+            return False  # any other use (the kernel's yield included) needs f32
+        return self.half_demand(op.results[0])
+
+    def non_negative(self, v: Value) -> bool:
+        """Whether every value of ``v`` is at least zero or NaN, by its ops: ``exp``,
+        ``abs``, ``sqrt``, ``sigmoid``, ``relu``, a square, sums, products, quotients and
+        row reductions of such values, and constants.
+
+        A NaN passes any sum unchanged, so it counts as neither sign here."""
+        if not isinstance(v, OpResult):
             return False
-        for op, _ in v.uses:
-            name = op.op_name.split(".", 1)[-1]
-            if name == "cast" and elem_of(op.results[0]) in ("f16", "bf16"):
-                continue
-            if name not in ("mul", "div", "neg") or not self.half_demand(op.results[0]):
-                return False  # any other use (the kernel's yield included) needs f32
-        return True
+        op = v.op
+        name = op.op_name.split(".", 1)[-1]
+        if name in ("exp", "abs", "sqrt", "sigmoid", "relu"):
+            return True
+        if name == "mul" and op.operands[0] is op.operands[1]:
+            return True
+        if name in ("mul", "div", "add", "min", "broadcast", "transpose", "reduce"):
+            return all(self.non_negative(o) for o in op.operands)
+        if name == "max":
+            return any(self.non_negative(o) for o in op.operands)
+        if name == "cast":
+            return elem_of(op.operands[0]) in ("f32", "f16", "bf16", "f64") and \
+                self.non_negative(op.operands[0])
+        if name == "constant":
+            value = op.attr("value")
+            return isinstance(value, DenseElementsAttr) and \
+                all(not float(x) < 0 for x in value.values)  # type: ignore[arg-type]
+        return False
 
     def representable(self, v: Value, el: str) -> bool:
         """Whether every value of ``v`` is exactly an ``el`` (f16/bf16) number in its

@@ -173,6 +173,44 @@ def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
             f"}}")
 
 
+def exp_half_helper(qualifier: str, exp2: str) -> str:
+    """C text of ``float accy_exp_half(float x)``: ``exp(x)`` for a value that need only
+    be right to a small fraction of a half-precision ulp
+    (:meth:`accy.target.common.ExprBuilder.half_demand`: a softmax's numerators and
+    their row sum, when the softmax is stored in f16 or bf16): ``exp2`` of ``x · log2
+    e``. On CUDA that is ``exp2f``: one ``MUFU.EX2`` (``ex2.approx``, 2 ulp), with a
+    predicated halving and squaring that keep subnormal results — five instructions
+    where ``expf`` takes eight to ten — and a function the compiler knows to be pure,
+    so the two column loops of a softmax share one ``exp`` a value (``ex2.approx`` in
+    inline asm is not shared: 64 ``MUFU.EX2`` for 32 values). Rounding ``x · log2 e``
+    costs a relative error of at most ``|x| · 2^-24`` in the result: over the whole
+    range of finite results (``|x| < 104``) at most 2^-16.7 with ``exp2``'s own
+    (``tests/target/test_half_quotients.py``), against a bf16 ulp of 2^-8 and an f16
+    one of 2^-11."""
+    return f"{qualifier} float accy_exp_half(float x) {{ return {exp2}(x * 1.44269504f); }}"
+
+
+HSCALE = 64
+"""``accy_hscale(b)``'s power of two: ``2^-64`` for ``|b| > 2^64``, ``2^64`` for
+``|b| < 2^-64``, else 1."""
+
+
+def hscale_helper(qualifier: str) -> str:
+    """C text of ``float accy_hscale(float b)``: the power of two ``s`` that brings a
+    row's divisor ``b`` into ``[2^-64, 2^64]`` (:data:`HSCALE`), so that ``r = 1 / (b·s)``,
+    made once a row by IEEE division, is a normal number. A quotient that need only be
+    right to half precision (:meth:`accy.target.common.ExprBuilder.halves_by_row`) is
+    then ``(a·s)·r``: two products, not the ten instructions of a division. ``a·s`` is
+    exact, or overflows only where ``a / b`` does, or is subnormal only where ``a / b``
+    is below 2^-126 (then off by at most 2^-150); ``r`` is correctly rounded, so the
+    quotient is within 2^-23 of ``a / b`` (``tests/target/test_half_quotients.py``). Zero,
+    infinite and NaN divisors give IEEE's zero, infinity or NaN quotients."""
+    return (f"{qualifier} float accy_hscale(float b) {{\n"
+            f"  const float m = fabsf(b);\n"
+            f"  return m > 0x1p{HSCALE}f ? 0x1p-{HSCALE}f : (m < 0x1p-{HSCALE}f ? "
+            f"0x1p{HSCALE}f : 1.0f);\n}}")
+
+
 FDIV_SHORT_A = (-62, 62)
 """Binary exponents bounding ``|a|`` for :func:`fdiv_helpers`' short path (and ``|b|`` in
 two less on each side): inside them no intermediate of the short path is subnormal,
@@ -246,11 +284,14 @@ HELPERS = {
     "accy_erfcf": erfc_helper(
         "__device__ __forceinline__",
         'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(u));', "__fmul_rn(a, a)"),
-    "accy_erfcf_half": r"""__device__ __forceinline__ float accy_ex2f(float x) {
+    "accy_ex2f": r"""__device__ __forceinline__ float accy_ex2f(float x) {
   float r; asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
-}
-""" + erfc_half_helper("__device__ __forceinline__",
-                       'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(u));', "accy_ex2f"),
+}""",
+    "accy_erfcf_half": erfc_half_helper(
+        "__device__ __forceinline__", 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(u));',
+        "accy_ex2f"),
+    "accy_exp_half": exp_half_helper("__device__ __forceinline__", "exp2f"),
+    "accy_hscale": hscale_helper("__device__ __forceinline__"),
     "accy_pack_h2": r"""__device__ __forceinline__ unsigned int accy_pack_h2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }""",
@@ -279,7 +320,25 @@ __device__ __forceinline__ void accy_mbar_wait(unsigned bar, unsigned parity) {
        | ((unsigned long long)(stride >> 4) << 32) | (1ull << 62);
 }""",
 }
-"""Helpers defined only in a translation unit that calls them (by name)."""
+"""Helpers defined only in a translation unit that calls them (by name), or whose helper
+does (:func:`used_helpers`): each before the helpers that call it."""
+
+
+def used_helpers(text: str) -> list[str]:
+    """The :data:`HELPERS` that ``text`` calls, and those that they call, in order.
+
+    >>> [h.split("(")[0].split()[-1] for h in used_helpers("accy_erfcf_half(x)")]
+    ['accy_ex2f', 'accy_erfcf_half']
+    """
+    used: set[str] = set()
+    pending = [text]
+    while pending:
+        body = pending.pop()
+        for name, helper in HELPERS.items():
+            if name not in used and name + "(" in body:
+                used.add(name)
+                pending.append(helper)
+    return [h for name, h in HELPERS.items() if name in used]
 
 LANES = "xyzw"
 
@@ -573,12 +632,13 @@ class _RowEmitter:
         self.b = ExprBuilder(self.ins, cuda=True, prefix=k.sym_name, load_hook=self._hook,
                              fast_math=fast_math)
         self.b.stored_unrounded = stored_only(k.body.terminator)
-        if not self.alone:
-            # quotients by a row's values share its reciprocal; not where a thread holds a
-            # whole row (a column softmax's 64 values): there ptxas then kept more of the
-            # row live, 80 → 128 registers, and the bf16 kernel ran 2.6 % slower on an
-            # H100 (RESULTS.md, kernels, nineteenth session)
-            self.b.column, self.b.hoist = "c", self.outer
+        self.b.column, self.b.hoist = "c", self.outer
+        # correctly rounded quotients by a row's values share its reciprocal; not where a
+        # thread holds a whole row (a column softmax's 64 values): there ptxas then kept
+        # more of the row live, 80 → 128 registers, and the bf16 kernel ran 2.6 % slower
+        # on an H100 (RESULTS.md, kernels, nineteenth session). Half-demand quotients
+        # share it everywhere (two products a quotient)
+        self.b.hoist_exact = not self.alone
         self.vz.b.append(self.b)
         self.vz.args = list(k.body.args)
 
@@ -1493,5 +1553,5 @@ def emit_kernels(kernels: list[KernelFuncOp], fast_math: bool = False) -> str:
     text = translation_unit(["// generated by accy: CUDA C, compile with -arch=sm_XX only",
                              PRELUDE, "@HELPERS@"], kernels,
                             lambda k: EMITTERS[k.plan.kind](k, fast_math))
-    used = [h for name, h in HELPERS.items() if name + "(" in text]
+    used = used_helpers(text)
     return text.replace("@HELPERS@\n", "".join(h + "\n" for h in used), 1)

@@ -360,6 +360,44 @@ def test_erfc_on_the_device_is_within_six_ulp() -> None:
     assert np.all(got[~ok] <= 1.2e-38)
 
 
+EXP_HALF = '''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<?xf32>) -> tensor<?xELEMENT>, sym_name = "main"}> ({
+  ^bb0(%x: tensor<?xf32>):
+    %0 = "semantic.exp"(%x) : (tensor<?xf32>) -> tensor<?xf32>
+    %1 = "semantic.cast"(%0) : (tensor<?xf32>) -> tensor<?xELEMENT>
+    "func.return"(%1) : (tensor<?xELEMENT>) -> ()
+  }) : () -> ()
+}) : () -> ()'''
+
+
+@pytest.mark.parametrize("element", ["bf16", "f16"])
+def test_the_half_precision_exp_on_the_device_rounds_to_a_neighbour(element: str) -> None:
+    """``exp`` stored in a half type is ``accy_exp_half`` (``exp2f`` on the device; the
+    host build is ``tests/target/test_half_quotients.py``): at every 61st f32 of the
+    range where the result is finite, the stored value is within half a unit of the
+    type (its subnormal unit below its least normal) plus ``2^-16.7`` of the float64
+    exp: the nearest value, or its neighbour where exp lies that close to a midpoint."""
+    from accy.pipeline import prepare_through
+    from accy.preparation.products import SemanticModule
+
+    hi = 88.7 if element == "bf16" else 11.08
+    a = np.arange(0, 0x42D00000, 61, dtype=np.uint32).view(np.float32)  # [0, 104)
+    x = np.concatenate([a[a < hi], -a])
+    sm = SemanticModule.from_text(EXP_HALF.replace("ELEMENT", element), "exp.mlir")
+    update = FragmentCompilerCache().refresh_from_semantic_module(
+        sm, PreparationRequest(options=RunOptions.parse("cuda", []), shapes={0: x.shape}))
+    job = prepare_through(sm, "target", RunOptions.parse("cuda"), {0: x.shape}).product
+    assert "accy_exp_half(" in job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    got = np.asarray(update.fragment(x)[0], np.float64)
+    want = np.exp(x.astype(np.float64))
+    bits, least = (7, 2.0 ** -133) if element == "bf16" else (10, 2.0 ** -24)
+    normal = 2.0 ** (-126 if element == "bf16" else -14)
+    unit = np.where(want >= normal, 2.0 ** (np.floor(np.log2(np.maximum(want, normal)))
+                                             - bits), least)
+    err = np.abs(got - want) - (0.5 * unit + want * 2.0 ** -16.7)
+    assert err.max() <= 0, (float(err.max()), float(x[np.argmax(err)]))
+
+
 def test_quotients_by_a_shared_divisor_are_ieee_division_on_the_device() -> None:
     """The device build of ``accy_fdiv_by`` (the reciprocal from ``rcp.approx``) over
     every ``a`` mantissa at every 4096th ``b`` mantissa, and at the ends of its short

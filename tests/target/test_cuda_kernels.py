@@ -93,6 +93,20 @@ TWO_RESULTS = """"builtin.module"() ({
 }) : () -> ()
 """
 
+EXPM1_SUM = """"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<?x?xf32>) -> tensor<?x?xbf16>, sym_name = "main"}> ({
+  ^bb0(%x: tensor<?x?xf32>):
+    %e = "semantic.exp"(%x) : (tensor<?x?xf32>) -> tensor<?x?xf32>
+    %one = "semantic.constant"() {value = dense<1.000000e+00> : tensor<f32>} : () -> tensor<f32>
+    %d = "semantic.sub"(%e, %one) : (tensor<?x?xf32>, tensor<f32>) -> tensor<?x?xf32>
+    %s = "semantic.reduce_sum"(%d) {axes = array<i64: 1>, keepdims = true} : (tensor<?x?xf32>) -> tensor<?x1xf32>
+    %y = "semantic.div"(%e, %s) : (tensor<?x?xf32>, tensor<?x1xf32>) -> tensor<?x?xf32>
+    %h = "semantic.cast"(%y) : (tensor<?x?xf32>) -> tensor<?x?xbf16>
+    "func.return"(%h) : (tensor<?x?xbf16>) -> ()
+  }) : () -> ()
+}) : () -> ()
+"""
+
 
 def test_a_stored_value_another_op_reads_is_rounded_first() -> None:
     """``x + b`` is stored and squared: it rounds before both (the square reads the bf16
@@ -128,16 +142,20 @@ def test_gelu_on_half_inputs_calls_the_half_precision_erfc(element: str, half: b
     cubin(text)
 
 
-@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("name,shapes,quotients", [
-    ("softmax", {0: (8, 4096)}, 1),  # exp(x - max) / sum
-    ("dynamic", {0: (8, 4096), 1: (4096,)}, 1),  # (x - mean) / (max|x - mean| + 1)
+@pytest.mark.parametrize("name,element,shapes,quotients", [
+    ("softmax", "f32", {0: (8, 4096)}, 1),  # exp(x - max) / sum
+    # (x - mean) / (max|x - mean| + 1), then + b: the sum can cancel, so the quotient
+    # needs f32's accuracy in halves too
+    ("dynamic", "f32", {0: (8, 4096), 1: (4096,)}, 1),
+    ("dynamic", "bf16", {0: (8, 4096), 1: (4096,)}, 1),
+    ("dynamic", "f16", {0: (8, 4096), 1: (4096,)}, 1),
 ])
 def test_quotients_by_a_row_value_share_its_reciprocal(element: str, name: str, shapes,
                                                         quotients: int) -> None:  # type: ignore[no-untyped-def]
     """A division by a row's statistic makes the divisor's reciprocal once, before the
     column loop, and each quotient is ``accy_fdiv_by`` (IEEE division, bit for bit:
-    ``accy.target.cuda.fdiv_helpers``); the row's max is one ``accy_fmaxf``."""
+    ``accy.target.cuda.fdiv_helpers``) where it needs f32's accuracy; the row's max is
+    one ``accy_fmaxf``."""
     text = source(graph(name, None if element == "f32" else element), shapes)
     body = text[text.index("__global__"):]
     assert " / " not in body
@@ -149,16 +167,46 @@ def test_quotients_by_a_row_value_share_its_reciprocal(element: str, name: str, 
     cubin(text)
 
 
-@pytest.mark.parametrize("element", ["bf16", "f16"])
-def test_a_column_softmax_divides_as_it_is_and_rounds_its_store_once(element: str) -> None:
-    """A thread that holds a whole row (thread per row: a column softmax over 64 rows)
-    keeps IEEE division (hoisting the reciprocal there cost registers and speed); its
-    quotient, stored through a transpose, is rounded by the store alone."""
-    text = source(graph("softmax_axis0", element), {0: (64, 32768)})
+@pytest.mark.parametrize("name,shapes", [("softmax", {0: (8, 4096)}),
+                                         ("softmax_axis0", {0: (64, 32768)})])
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+def test_a_softmax_stored_in_halves_takes_half_precision_exp_and_quotients(
+        element: str, name: str, shapes) -> None:  # type: ignore[no-untyped-def]
+    """Stored in f16 or bf16, a softmax's exp (its values reach the store through their
+    row sum, a sum of values never negative, and quotients) and its quotients need only
+    half precision: ``accy_exp_half`` and two products by a scale and a reciprocal made
+    once a row, before the column loop — by a block per row and by a thread per row
+    alike. In f32 they are ``expf`` and correctly rounded quotients."""
+    text = source(graph(name, None if element == "f32" else element), shapes)
     body = text[text.index("__global__"):]
-    assert "accy_fdiv" not in text and " / acc" in body
-    conv = "accy_f2bf" if element == "bf16" else "accy_f2h"
-    assert body.count(f"{conv}(") == 1  # the store's, once
+    half = element != "f32"
+    assert ("accy_exp_half(" in body) == half and ("expf(" in body) == (not half)
+    assert ("float accy_exp_half(float x)" in text) == half
+    assert ("= accy_hscale(" in body) == half
+    if half:
+        assert "accy_fdiv" not in text
+        [divide] = [ln for ln in body.splitlines() if "1.0f / " in ln]  # the reciprocal
+        assert divide.strip().startswith("const float hr") and " / acc" not in body
+        scale = body.index("accy_hscale(")
+        assert body.rindex("for (int j", 0, scale) < body.rindex("}", 0, scale)
+        quotients = body.count(") * hs")  # ((a) * hs) * hr: one a stored value
+        assert quotients == body.count("accy_exp_half(") // 2 or name == "softmax_axis0"
+        assert quotients > 0
+        conv = "accy_f2bf" if element == "bf16" else "accy_f2h"
+        if name == "softmax_axis0":
+            assert body.count(f"{conv}(") == 1  # a transposed store rounds once
+    cubin(text)
+
+
+def test_a_sum_of_values_of_either_sign_keeps_f32s_exp() -> None:
+    """``exp(x) - 1`` summed over a row in bf16: the sum can cancel, so its exp needs
+    f32's accuracy even though the result is stored in a half type."""
+    from accy.preparation.products import SemanticModule
+
+    sm = SemanticModule.from_text(EXPM1_SUM, "expm1_sum.mlir")
+    text = source(sm, {0: (8, 4096)})
+    body = text[text.index("__global__"):]
+    assert "expf(" in body and "accy_exp_half(" not in body
     cubin(text)
 
 
