@@ -575,9 +575,13 @@ class ExprBuilder:
         relative error through unchanged (a sum of terms ``a_i (1 + e_i)``, all ``a_i ≥
         0``, is its exact sum times ``1 + e`` with ``|e| ≤ max |e_i|``), so ``v`` need
         only be right to a small fraction of a half ulp (2^-8 bf16, 2^-11 f16), not to
-        f32's. A sum of values of either sign can cancel, and does not pass it."""
+        f32's. A sum of values of either sign can cancel, and does not pass it.
+
+        A value of an f16 or bf16 op is rounded to its type before any use (its f32
+        arithmetic is the op's own, :data:`COMPUTE`): it needs no more either."""
         if v not in self._half:
-            self._half[v] = bool(v.uses) and all(self._half_use(v, op) for op, _ in v.uses)
+            self._half[v] = elem_of(v) in ("f16", "bf16") or (
+                bool(v.uses) and all(self._half_use(v, op) for op, _ in v.uses))
         return self._half[v]
 
     def _half_use(self, v: Value, op: Operation) -> bool:
