@@ -479,8 +479,9 @@ class ExprBuilder:
             text = f"accy_erfcf{'_half' if half else ''}({args[0]})"
         elif self.cuda and self.fast_math and f and name in ("exp", "log", "sin", "cos"):
             text = f"__{name}f({args[0]})"
-        elif self.cuda and f and name == "exp" and self.half_demand(op.results[0]):
-            text = f"accy_exp_half({args[0]})"  # accy.target.cuda.exp_half_helper
+        elif self.cuda and f and name in ("exp", "sigmoid") and \
+                self.half_demand(op.results[0]):  # accy.target.cuda.exp_half_helper
+            text = f"accy_{name}_half({args[0]})"
         else:
             text = table[name].format(*args, f=f, one=one, zero=zero)
         return self.rounded(op, text, rounded)

@@ -360,41 +360,49 @@ def test_erfc_on_the_device_is_within_six_ulp() -> None:
     assert np.all(got[~ok] <= 1.2e-38)
 
 
-EXP_HALF = '''"builtin.module"() ({
+HALF_OP = '''"builtin.module"() ({
   "func.func"() <{function_type = (tensor<?xf32>) -> tensor<?xELEMENT>, sym_name = "main"}> ({
   ^bb0(%x: tensor<?xf32>):
-    %0 = "semantic.exp"(%x) : (tensor<?xf32>) -> tensor<?xf32>
+    %0 = "semantic.OP"(%x) : (tensor<?xf32>) -> tensor<?xf32>
     %1 = "semantic.cast"(%0) : (tensor<?xf32>) -> tensor<?xELEMENT>
     "func.return"(%1) : (tensor<?xELEMENT>) -> ()
   }) : () -> ()
 }) : () -> ()'''
 
 
+@pytest.mark.parametrize("op", ["exp", "sigmoid"])
 @pytest.mark.parametrize("element", ["bf16", "f16"])
-def test_the_half_precision_exp_on_the_device_rounds_to_a_neighbour(element: str) -> None:
-    """``exp`` stored in a half type is ``accy_exp_half`` (``exp2f`` on the device; the
-    host build is ``tests/target/test_half_quotients.py``): at every 61st f32 of the
-    range where the result is finite, the stored value is within half a unit of the
-    type (its subnormal unit below its least normal) plus ``2^-16.7`` of the float64
-    exp: the nearest value, or its neighbour where exp lies that close to a midpoint."""
+def test_half_precision_exp_and_sigmoid_on_the_device_round_to_a_neighbour(
+        element: str, op: str) -> None:
+    """``exp`` and ``sigmoid`` stored in a half type are ``accy_exp_half`` and
+    ``accy_sigmoid_half`` (``exp2f`` and ``rcp.approx`` on the device; the host build is
+    ``tests/target/test_half_quotients.py``): at every 61st f32 of the range where the
+    result is finite (sigmoid: where ``exp(-x)`` is), the stored value is within half a
+    unit of the type (its subnormal unit below its least normal) plus ``2^-16.6`` of the
+    float64 value: the nearest value, or its neighbour where that lies so close to a
+    midpoint."""
     from accy.pipeline import prepare_through
     from accy.preparation.products import SemanticModule
 
-    hi = 88.7 if element == "bf16" else 11.08
     a = np.arange(0, 0x42D00000, 61, dtype=np.uint32).view(np.float32)  # [0, 104)
-    x = np.concatenate([a[a < hi], -a])
-    sm = SemanticModule.from_text(EXP_HALF.replace("ELEMENT", element), "exp.mlir")
+    if op == "exp":
+        x = np.concatenate([a[a < (88.7 if element == "bf16" else 11.08)], -a])
+    else:
+        x = np.concatenate([a, -a[a < 88.7]])
+    sm = SemanticModule.from_text(HALF_OP.replace("ELEMENT", element).replace("OP", op),
+                                  f"{op}.mlir")
+    job = prepare_through(sm, "target", RunOptions.parse("cuda"), {0: x.shape}).product
+    assert f"accy_{op}_half(" in job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     update = FragmentCompilerCache().refresh_from_semantic_module(
         sm, PreparationRequest(options=RunOptions.parse("cuda", []), shapes={0: x.shape}))
-    job = prepare_through(sm, "target", RunOptions.parse("cuda"), {0: x.shape}).product
-    assert "accy_exp_half(" in job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     got = np.asarray(update.fragment(x)[0], np.float64)
-    want = np.exp(x.astype(np.float64))
+    x64 = x.astype(np.float64)
+    want = np.exp(x64) if op == "exp" else 1.0 / (1.0 + np.exp(-x64))
     bits, least = (7, 2.0 ** -133) if element == "bf16" else (10, 2.0 ** -24)
     normal = 2.0 ** (-126 if element == "bf16" else -14)
     unit = np.where(want >= normal, 2.0 ** (np.floor(np.log2(np.maximum(want, normal)))
                                              - bits), least)
-    err = np.abs(got - want) - (0.5 * unit + want * 2.0 ** -16.7)
+    err = np.abs(got - want) - (0.5 * unit + want * 2.0 ** -16.6)
     assert err.max() <= 0, (float(err.max()), float(x[np.argmax(err)]))
 
 

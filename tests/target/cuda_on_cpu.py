@@ -33,6 +33,7 @@ from accy.target.cuda import (
     fdiv_helpers,
     fminmax_helpers,
     hscale_helper,
+    sigmoid_half_helper,
 )
 from accy.target.packed import PACKED, helper_name, helpers
 
@@ -103,6 +104,7 @@ static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     erfc_half_helper("static inline", "t = 1.0f / u;", "exp2f") + "\n" + \
     fdiv_helpers("static inline", "r = 1.0f / b;") + "\n" + \
     exp_half_helper("static inline", "exp2f") + "\n" + hscale_helper("static inline") + "\n" + \
+    sigmoid_half_helper("static inline", "exp2f", "r = 1.0f / y;") + "\n" + \
     "\n".join(fminmax_helpers("static inline", native=False).values()) + "\n"
 
 CONVERT = {"bf16": ("accy_bf2f", "accy_pack_bf2"), "f16": ("accy_h2f", "accy_pack_h2")}

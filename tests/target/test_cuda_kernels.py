@@ -142,6 +142,18 @@ def test_gelu_on_half_inputs_calls_the_half_precision_erfc(element: str, half: b
     cubin(text)
 
 
+@pytest.mark.parametrize("element,half", [("f32", False), ("bf16", True), ("f16", True)])
+def test_gelu_tanh_on_half_inputs_calls_the_half_precision_sigmoid(element: str,
+                                                                    half: bool) -> None:
+    """gelu's tanh form is ``x·sigmoid(…)``: in halves its sigmoid is an op of the half
+    type (rounded at once), so ``accy_sigmoid_half``; in f32 the full ``1 / (1 + expf)``."""
+    text = source(graph("gelu_tanh", None if element == "f32" else element), {0: (8, 4096)})
+    body = text[text.index("__global__"):]
+    assert ("accy_sigmoid_half(" in body) == half and ("expf(" in body) == (not half)
+    assert ("rcp.approx.f32" in text) == half
+    cubin(text)
+
+
 @pytest.mark.parametrize("name,element,shapes,quotients", [
     ("softmax", "f32", {0: (8, 4096)}, 1),  # exp(x - max) / sum
     ("dynamic", "f32", {0: (8, 4096), 1: (4096,)}, 1),  # (x - mean) / (max|x - mean| + 1)

@@ -1,4 +1,5 @@
-"""The CUDA target's half-precision exp and quotient (``accy_exp_half``, and ``(a * s) * r``
+"""The CUDA target's half-precision exp, sigmoid and quotient (``accy_exp_half``,
+``accy_sigmoid_half``, and ``(a * s) * r``
 with ``s = accy_hscale(b)`` and ``r = 1 / (b * s)``), built by the host C compiler from
 the text the CUDA helpers are made of (libm's ``exp2f`` for CUDA's ``exp2f``), against
 float64 over sweeps of f32 arguments: the accuracy their docstrings state. The GPU
@@ -11,7 +12,7 @@ import subprocess
 
 import pytest
 
-from accy.target.cuda import exp_half_helper, hscale_helper
+from accy.target.cuda import exp_half_helper, hscale_helper, sigmoid_half_helper
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -45,6 +46,26 @@ int main(void) {
   printf("%.9g %.9g %.9g\n", worst, at, worst_abs);
   printf("%.9g %.9g %.9g\n", accy_exp_half(-INFINITY), accy_exp_half(INFINITY),
          accy_exp_half(NAN));
+  return 0;
+}
+"""
+
+SIGMOID_PROGRAM = HEAD + r"""
+int main(void) {
+  double worst = 0; float at = 0;
+  /* every 31st f32 of [-88.7, 104] (where exp(-x) is finite) */
+  for (unsigned u = 0; u <= 0x42d00000u; u += 31) {
+    for (int sign = 0; sign < 2; ++sign) {
+      const float x = sign ? -f_of(u) : f_of(u);
+      if (x < -88.7f) continue;
+      const double want = 1.0 / (1.0 + exp(-(double)x)), got = accy_sigmoid_half(x);
+      const double err = fabs(got - want) / fmax(want, 0x1p-126);
+      if (err > worst) { worst = err; at = x; }
+    }
+  }
+  printf("%.9g %.9g\n", worst, at);
+  printf("%.9g %.9g %.9g %.9g\n", accy_sigmoid_half(-INFINITY), accy_sigmoid_half(INFINITY),
+         accy_sigmoid_half(NAN), accy_sigmoid_half(-100.0f));
   return 0;
 }
 """
@@ -96,7 +117,9 @@ int main(void) {
 def build_and_run(tmp_path, program: str) -> str:  # type: ignore[no-untyped-def]
     """What ``program`` prints with the helpers in it, built by the host C compiler
     without FMA contraction (as NVRTC builds accy's units)."""
-    helpers = exp_half_helper("static inline", "exp2f") + "\n" + hscale_helper("static inline")
+    helpers = "\n".join([exp_half_helper("static inline", "exp2f"),
+                         hscale_helper("static inline"),
+                         sigmoid_half_helper("static inline", "exp2f", "r = 1.0f / y;")])
     src, exe = tmp_path / "sweep.c", tmp_path / "sweep"
     src.write_text(program.replace("@HELPERS@", helpers))
     subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
@@ -116,6 +139,17 @@ def test_the_half_precision_exp_is_within_two_to_the_minus_sixteen_point_seven(t
     assert 0 < worst_abs <= 2.0 ** -142.7
     zero, inf, nan = (float(v) for v in specials.split())
     assert zero == 0.0 and inf == float("inf") and nan != nan
+
+
+def test_the_half_precision_sigmoid_is_within_two_to_the_minus_sixteen_point_six(tmp_path):
+    """Where ``exp(-x)`` is finite, within ``2^-16.6`` relative (relative to the least
+    normal f32 below it); 0 at ``-inf`` and where ``exp(-x)`` overflows, as f32's
+    ``1 / (1 + expf(-x))``; 1 at ``inf``; NaN stays NaN."""
+    stats, specials = build_and_run(tmp_path, SIGMOID_PROGRAM).splitlines()
+    worst, at = (float(v) for v in stats.split())
+    assert 2.0 ** -22 < worst <= 2.0 ** -16.6, f"relative error {worst} at {at}"
+    zero, one, nan, overflow = (float(v) for v in specials.split())
+    assert zero == 0.0 and one == 1.0 and nan != nan and overflow == 0.0
 
 
 def test_a_half_precision_quotient_is_within_two_to_the_minus_twenty_three(tmp_path):
