@@ -333,10 +333,8 @@ class ExprBuilder:
         """Whether a correctly rounded quotient by a value that reads no column uses a
         reciprocal made in :attr:`hoist` too (:meth:`divides_by_row`), not only one that
         need only be right to half precision (:meth:`halves_by_row`)."""
-        self.divisors: dict[tuple[Value, tuple[str, ...]], tuple[str, str, str]] = {}
+        self.divisors: dict[tuple[Value, tuple[str, ...], bool], tuple[str, ...]] = {}
         """Hoisted divisors (:meth:`row_divisor`)."""
-        self.half_divisors: dict[tuple[Value, tuple[str, ...]], tuple[str, str]] = {}
-        """Hoisted divisors of half-demand quotients (:meth:`half_divisor`)."""
         self._half: dict[Value, bool] = {}
 
     def fresh(self, prefix: str = "t") -> str:
@@ -430,7 +428,7 @@ class ExprBuilder:
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
         if name == "div" and self.halves_by_row(op, idx):
             a = self.expr(op.operands[0], idx, scope, lane)
-            s, r = self.half_divisor(op.operands[1], idx, lane)
+            s, r = self.row_divisor(op.operands[1], idx, lane, half=True)
             return self.rounded(op, f"(({a}) * {s}) * {r}", rounded)
         if name == "div" and self.divides_by_row(op, idx):
             a = self.expr(op.operands[0], idx, scope, lane)
@@ -508,7 +506,7 @@ class ExprBuilder:
         """Whether float division ``op`` at ``idx`` is by a value the row's column loop
         does not change, and its quotient need only be right to a small fraction of a
         half ulp (:meth:`half_demand`): two products a quotient by a reciprocal and a
-        power-of-two scale made once a row (:meth:`half_divisor`). CUDA, f32
+        power-of-two scale made once a row (:meth:`row_divisor`). CUDA, f32
         arithmetic, no fast math (whose division is approximate anyway)."""
         return (self.cuda and self.hoist is not None and not self.fast_math
                 and COMPUTE[elem_of(op.operands[0])] == "float"
@@ -535,32 +533,28 @@ class ExprBuilder:
             return False
         return all(self.column_free(o, idx) for o in op.operands)
 
-    def row_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> tuple[str, str, str]:
-        """The divisor ``d``, its reciprocal and its short path's bound, made once in
-        :attr:`hoist` (before the column loop): ``accy_fdiv_by``'s last three arguments."""
+    def row_divisor(self, d: Value, idx: tuple[str, ...], lane: int,
+                    half: bool = False) -> tuple[str, ...]:
+        """What the quotients by divisor ``d`` share, made once in :attr:`hoist` (before
+        the column loop): ``accy_fdiv_by``'s last three arguments (``d``, its reciprocal
+        and its short path's bound) for correctly rounded quotients, or (``half``) a
+        power of two ``s`` and ``r = 1 / (d · s)``, the quotient then ``(a · s) · r``
+        (``accy.target.cuda.hscale_helper``)."""
         assert self.hoist is not None
-        key = (d, idx)
+        key = (d, idx, half)
         if key not in self.divisors:
             b = self.expr(d, idx, self.hoist, lane)
-            r, lo = self.fresh("rcp"), self.fresh("lo")
-            self.hoist.lines += [f"const float {r} = accy_fdiv_rcp({b});",
-                                 f"const float {lo} = accy_fdiv_lo({b});"]
-            self.divisors[key] = (b, r, lo)
+            if half:
+                s, r = self.fresh("hs"), self.fresh("hr")
+                self.hoist.lines += [f"const float {s} = accy_hscale({b});",
+                                     f"const float {r} = 1.0f / ({b} * {s});"]
+                self.divisors[key] = (s, r)
+            else:
+                r, lo = self.fresh("rcp"), self.fresh("lo")
+                self.hoist.lines += [f"const float {r} = accy_fdiv_rcp({b});",
+                                     f"const float {lo} = accy_fdiv_lo({b});"]
+                self.divisors[key] = (b, r, lo)
         return self.divisors[key]
-
-    def half_divisor(self, d: Value, idx: tuple[str, ...], lane: int) -> tuple[str, str]:
-        """The scale ``s`` and reciprocal ``r`` of divisor ``d``, made once in
-        :attr:`hoist`: a quotient ``a / d`` is then ``(a * s) * r``
-        (``accy.target.cuda.HALF_QUOTIENT``)."""
-        assert self.hoist is not None
-        key = (d, idx)
-        if key not in self.half_divisors:
-            b = self.expr(d, idx, self.hoist, lane)
-            s, r = self.fresh("hs"), self.fresh("hr")
-            self.hoist.lines += [f"const float {s} = accy_hscale({b});",
-                                 f"const float {r} = 1.0f / ({b} * {s});"]
-            self.half_divisors[key] = (s, r)
-        return self.half_divisors[key]
 
     def picks_operand(self, op: Operation) -> bool:
         """Whether f16/bf16 float op ``op`` is one of :data:`EXACT_OPS` on operands
