@@ -331,8 +331,8 @@ class ExprBuilder:
         reciprocal is made."""
         self.hoist_exact = True
         """Whether a correctly rounded quotient by a value that reads no column uses a
-        reciprocal made in :attr:`hoist` too (:meth:`divides_by_row`), not only one that
-        need only be right to half precision (:meth:`halves_by_row`)."""
+        reciprocal made in :attr:`hoist` too (:meth:`row_quotient`), not only one that
+        need only be right to half precision."""
         self.divisors: dict[tuple[Value, tuple[str, ...], bool], tuple[str, ...]] = {}
         """Hoisted divisors (:meth:`row_divisor`)."""
         self._half: dict[Value, bool] = {}
@@ -426,11 +426,12 @@ class ExprBuilder:
             return self.constant(op, idx, lane)
         if name in ("reduce", "matmul"):
             raise AccyError(f"internal: '{op.op_name}' value used before the kernel bound it")
-        if name == "div" and self.halves_by_row(op, idx):
+        quotient = self.row_quotient(op, idx) if name == "div" else None
+        if quotient == "half":
             a = self.expr(op.operands[0], idx, scope, lane)
             s, r = self.row_divisor(op.operands[1], idx, lane, half=True)
             return self.rounded(op, f"(({a}) * {s}) * {r}", rounded)
-        if name == "div" and self.divides_by_row(op, idx):
+        if quotient == "exact":
             a = self.expr(op.operands[0], idx, scope, lane)
             b, r, lo = self.row_divisor(op.operands[1], idx, lane)
             return self.rounded(op, f"accy_fdiv_by({a}, {b}, {r}, {lo})", rounded)
@@ -493,25 +494,21 @@ class ExprBuilder:
             return text  # the store (or a pack of two lanes) rounds it
         return round_compute(text, elem_of(op.results[0]))
 
-    def divides_by_row(self, op: Operation, idx: tuple[str, ...]) -> bool:
-        """Whether float division ``op`` at ``idx`` is by a value the row's column loop
-        does not change (:attr:`column`), its quotients correctly rounded without an
-        IEEE division each (``accy.target.cuda.fdiv_helpers``): CUDA, f32 arithmetic,
-        no fast math (which divides approximately anyway)."""
-        return (self.cuda and self.hoist is not None and self.hoist_exact
-                and not self.fast_math and COMPUTE[elem_of(op.operands[0])] == "float"
-                and self.column_free(op.operands[1], idx))
-
-    def halves_by_row(self, op: Operation, idx: tuple[str, ...]) -> bool:
-        """Whether float division ``op`` at ``idx`` is by a value the row's column loop
-        does not change, and its quotient need only be right to a small fraction of a
-        half ulp (:meth:`half_demand`): two products a quotient by a reciprocal and a
-        power-of-two scale made once a row (:meth:`row_divisor`). CUDA, f32
-        arithmetic, no fast math (whose division is approximate anyway)."""
-        return (self.cuda and self.hoist is not None and not self.fast_math
+    def row_quotient(self, op: Operation, idx: tuple[str, ...]) -> str | None:
+        """How float division ``op`` at ``idx`` divides, where its divisor reads nothing
+        the row's column loop changes (:attr:`column`) and so shares what
+        :meth:`row_divisor` makes once a row: ``"half"`` where its quotient need only be
+        right to a small fraction of a half ulp (:meth:`half_demand`: two products),
+        ``"exact"`` where it must be correctly rounded (``accy.target.cuda.fdiv_helpers``,
+        and only with :attr:`hoist_exact`), else None (IEEE division as it is). CUDA,
+        f32 arithmetic, no fast math (whose division is approximate anyway)."""
+        if not (self.cuda and self.hoist is not None and not self.fast_math
                 and COMPUTE[elem_of(op.operands[0])] == "float"
-                and self.column_free(op.operands[1], idx)
-                and self.half_demand(op.results[0]))
+                and self.column_free(op.operands[1], idx)):
+            return None
+        if self.half_demand(op.results[0]):
+            return "half"
+        return "exact" if self.hoist_exact else None
 
     def column_free(self, v: Value, idx: tuple[str, ...]) -> bool:
         """Whether ``v`` at ``idx`` reads nothing that depends on :attr:`column`."""

@@ -212,7 +212,7 @@ def hscale_helper(qualifier: str) -> str:
     """C text of ``float accy_hscale(float b)``: the power of two ``s`` that brings a
     row's divisor ``b`` into ``[2^-64, 2^64]`` (:data:`HSCALE`), so that ``r = 1 / (b·s)``,
     made once a row by IEEE division, is a normal number. A quotient that need only be
-    right to half precision (:meth:`accy.target.common.ExprBuilder.halves_by_row`) is
+    right to half precision (:meth:`accy.target.common.ExprBuilder.row_quotient`) is
     then ``(a·s)·r``: two products, not the ten instructions of a division. ``a·s`` is
     exact, or overflows only where ``a / b`` does, or is subnormal only where ``a / b``
     is below 2^-126 (then off by at most 2^-150); ``r`` is correctly rounded, so the

@@ -8,11 +8,15 @@ tests check the device build through a stored f16/bf16 result."""
 from __future__ import annotations
 
 import shutil
-import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from accy.target.cuda import exp_half_helper, hscale_helper, sigmoid_half_helper
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_erfc_helper import sweep  # noqa: E402
+
+from accy.target.cuda import exp_half_helper, hscale_helper, sigmoid_half_helper  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -20,7 +24,7 @@ HEAD = r"""
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-@HELPERS@
+@HELPER@
 static float f_of(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static float quotient(float a, float b) {
   const float s = accy_hscale(b), r = 1.0f / (b * s);
@@ -115,16 +119,11 @@ int main(void) {
 
 
 def build_and_run(tmp_path, program: str) -> str:  # type: ignore[no-untyped-def]
-    """What ``program`` prints with the helpers in it, built by the host C compiler
-    without FMA contraction (as NVRTC builds accy's units)."""
-    helpers = "\n".join([exp_half_helper("static inline", "exp2f"),
-                         hscale_helper("static inline"),
-                         sigmoid_half_helper("static inline", "exp2f", "r = 1.0f / y;")])
-    src, exe = tmp_path / "sweep.c", tmp_path / "sweep"
-    src.write_text(program.replace("@HELPERS@", helpers))
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
-                   check=True)
-    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    """What ``program`` prints with the three helpers in it (:func:`test_erfc_helper.sweep`
+    builds it as NVRTC builds accy's units: no FMA contraction)."""
+    return sweep(tmp_path, program, "\n".join([
+        exp_half_helper("static inline", "exp2f"), hscale_helper("static inline"),
+        sigmoid_half_helper("static inline", "exp2f", "r = 1.0f / y;")]))
 
 
 def test_the_half_precision_exp_is_within_two_to_the_minus_sixteen_point_seven(tmp_path):
