@@ -10,7 +10,15 @@ Reports min / median / max seconds per unit: ``nvrtc_s`` as a refresh compiles i
 :func:`accy.executable.device.compile_cuda_parts`) and, for those, ``whole_unit_s``
 as one program.
 
-    python3 benchmarks/cold_compile.py [--target cuda:sm_90a] [--repeats 3] [--option STAGE.NAME=VALUE]
+The same units take 0.14 s on one host and 0.33 s on another (NVRTC 13.5 on the
+development machine against 13.0 on two H100 hosts, and between those two hosts
+softmax's unit 0.135 against 0.20 s; RESULTS.md, kernels, twenty-second session), so
+the JSON also says where it ran — the NVRTC version, the CPU model and its cores —
+and times :data:`REFERENCE_UNIT`, a fixed source that no change to accy touches, the
+same way: ``over_reference`` (a unit's median over the reference's) compares units
+across hosts, where seconds compare only within one.
+
+    python3 benchmarks/cold_compile.py [--target cuda:sm_90a] [--repeats 3] [--only NAME,...] [--option STAGE.NAME=VALUE]
 
 The default target is ``cuda:sm_90a`` (what ``cuda`` means on a Hopper GPU), so a
 machine without one times the same wgmma units: there ``cuda`` would mean ``sm_90``,
@@ -30,6 +38,7 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kernels.check_options
 
 MATMUL = "benchmarks/tune/matmul_bf16.mlir"
 SQUARE: dict[int, tuple[int, ...]] = {0: (4096, 4096), 1: (4096, 4096)}
@@ -45,6 +54,57 @@ CASES: list[tuple[str, str, dict[int, tuple[int, ...]], str]] = [
     ("softmax 8192x1024", "graphs/softmax.mlir", {0: (8192, 1024)}, ""),
     ("layernorm 8192x4096", "graphs/layernorm.mlir", {0: (8192, 4096)}, ""),
 ]
+
+
+REFERENCE_UNIT = r"""
+extern "C" __global__ void __launch_bounds__(256) reference(const float* __restrict__ x,
+    const float* __restrict__ w, float* __restrict__ y, const long long rows) {
+  const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float v[32], m = -__int_as_float(0x7f800000), s = 0.0f;
+  #pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    v[j] = x[row * 1024 + j * 32 + lane] * w[j * 32 + lane];
+    m = fmaxf(m, v[j]);
+  }
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  #pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    v[j] = expf(v[j] - m) + tanhf(v[j]);
+    s += v[j];
+  }
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  #pragma unroll
+  for (int j = 0; j < 32; ++j) y[row * 1024 + j * 32 + lane] = v[j] / s;
+}
+"""
+"""A fixed translation unit (a row kernel of 32 values a lane: loads, two shuffle
+trees, ``expf`` and ``tanhf``, a quotient), timed like the units: its time is the
+host's NVRTC speed, not accy's."""
+
+
+def host_facts() -> dict[str, Any]:
+    """Where the compile ran: NVRTC's version, the CPU model and the cores this
+    process may use."""
+    from accy.executable.device import nvrtc_version
+    from accy.tune.timing import cpu_model
+
+    major, minor = nvrtc_version()
+    return {"nvrtc": f"{major}.{minor}", "cpu": cpu_model(),
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count()}
+
+
+def spread(times: list[float]) -> list[float]:
+    """min / median / max, in seconds to the millisecond.
+
+    >>> spread([0.3, 0.1, 0.2])
+    [0.1, 0.2, 0.3]
+    """
+    return [round(min(times), 3), round(statistics.median(times), 3), round(max(times), 3)]
 
 
 def target_job(path: str, shapes: dict[int, tuple[int, ...]], variant: str, target: str,
@@ -72,8 +132,8 @@ def never_seen(source: str) -> str:
     return f"__device__ int accy_cold_{uuid.uuid4().hex};\n" + source
 
 
-def main() -> None:
-    from kernels import check_options  # this folder: the script's own, on sys.path
+def main(argv: list[str] | None = None) -> None:
+    from kernels import check_options
 
     from accy.executable.compile import FragmentPlan, fragment_backend
     from accy.target.common import kernel_parts
@@ -81,17 +141,30 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="cuda:sm_90a")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated unit names or name "
+                    "prefixes (default: every unit)")
     ap.add_argument("--option", action="append", default=[], metavar="STAGE.NAME=VALUE",
                     help="an accy option for every unit (repeatable), e.g. "
                          "kernel.wgmma_stages=3")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     check_options(ap, args.option, args.target)
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+    cases = [c for c in CASES if not wanted or any(c[0].startswith(w) for w in wanted)]
+    if not cases:
+        ap.error(f"--only {args.only!r} names no unit; the units: "
+                 + ", ".join(c[0] for c in CASES))
     softmax = next(c for c in CASES if c[0].startswith("softmax"))
     warm = fragment_backend(target_job(*softmax[1:], args.target))
     warm.compile('extern "C" __global__ void k() {}', "/tmp/accy-cold-ws", warm.flags(False))
+    ref: list[float] = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        warm.compile(never_seen(REFERENCE_UNIT), "/tmp/accy-cold-ws", warm.flags(False))
+        ref.append(time.perf_counter() - t)
     out: dict[str, Any] = {"target": args.target, "repeats": args.repeats,
-                           "options": args.option, "units": {}}
-    for name, path, shapes, variant in CASES:
+                           "options": args.option, "host": host_facts(),
+                           "reference_s": spread(ref), "units": {}}
+    for name, path, shapes, variant in cases:
         t0 = time.perf_counter()
         job = target_job(path, shapes, variant, args.target, args.option)
         stages = time.perf_counter() - t0
@@ -112,16 +185,14 @@ def main() -> None:
                 backend.compile(unique, "/tmp/accy-cold-ws", flags)
                 whole.append(time.perf_counter() - t)
         out["units"][name] = {"arch": backend.arch, "stages_s": round(stages, 3),
-                              "nvrtc_s": [round(min(times), 3),
-                                          round(statistics.median(times), 3),
-                                          round(max(times), 3)],
+                              "nvrtc_s": spread(times),
+                              "over_reference": round(statistics.median(times)
+                                                      / statistics.median(ref), 2),
                               "kernels": [launch.kernel for launch in plan.launches],
                               "programs": max(parts, 1),
                               "flags": list(flags)}
         if whole:
-            out["units"][name]["whole_unit_s"] = [round(min(whole), 3),
-                                                  round(statistics.median(whole), 3),
-                                                  round(max(whole), 3)]
+            out["units"][name]["whole_unit_s"] = spread(whole)
         print(name, json.dumps(out["units"][name]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 
