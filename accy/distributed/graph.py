@@ -811,6 +811,30 @@ def compile_grain(variants: int, threads: int) -> int:
     return max(1, min(limit, variants // max(1, 2 * threads)))
 
 
+MAX_WHOLE_GROUP = 24
+"""The most alike chains (one program, target and options: one source, likely) a batch
+keeps in one group task, beyond the grain (:func:`whole_group`)."""
+
+
+def whole_group(variants: int, threads: int) -> int:
+    """How many alike chains a batch may keep in one group, past the grain, so that
+    their source compiles once, on one worker: up to :data:`MAX_WHOLE_GROUP`, while
+    every worker thread still gets two tasks' worth of chains.
+
+    In groups of the grain (8), the 16 row counts of each of 96 distinct variants'
+    six programs were two groups a program, which on two workers often ran at once and
+    each compiled the program; one group a program compiles it once: 145.5 against 171
+    variants/s (2-core machine, 2 workers, six batches each, alternating; 97.5 against
+    99.5 on one worker; RESULTS.md, batch, twenty-second session). Where a program
+    has more alike chains than this (480 variants on 15 workers: 80 a program, a
+    bound of 16), they stay in groups of the grain, spread through the order.
+
+    >>> whole_group(96, 2), whole_group(96, 1), whole_group(480, 15), whole_group(10, 2)
+    (24, 24, 16, 2)
+    """
+    return min(MAX_WHOLE_GROUP, variants // max(1, 2 * threads))
+
+
 def no_workers_wait() -> float:
     """:data:`NO_WORKERS_WAIT_S`, or Dask config ``accy.no-workers-wait``."""
     import dask.config
@@ -963,7 +987,7 @@ class GraphBuilder:
             return False  # it ends its input's chain: copying would copy that chain
         return all(fuse_gpu or self.nodes[d].gpu == n.gpu for d in n.dependents)
 
-    def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1,
+    def submit(self, client: Any, fuse_gpu: bool = True, grain: int = 1, whole: int = 0,
                spread: dict[bool, list[str]] | None = None,
                restrict_gpu: bool = True) -> dict[Any, Any]:
         """Send the graph; return the future of every task that holds a chain's value,
@@ -982,7 +1006,9 @@ class GraphBuilder:
         for sat in the queue; that graph is left to Dask's own root-task rule.
 
         With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
-        in one task (:func:`chain_group_task`: their compiles in one NVRTC program).
+        in one task (:func:`chain_group_task`: their compiles in one NVRTC program);
+        alike chains (one source, likely) of one program, more than ``grain`` but at
+        most ``whole``, are one task (:func:`compile_groups`, :func:`whole_group`).
         A chain in a group has no task of its own: its value is its entry of the
         group's (:attr:`pick_of`; whoever reads it picks it inside its own task,
         :meth:`ref`), and its stages stay keyed, stored and published by their
@@ -1020,7 +1046,8 @@ class GraphBuilder:
                 groupable.setdefault((on_gpu, program), []).append((seg, steps, None, first))
         groups: list[tuple[Any, bool, list[Any]]] = []
         for (on_gpu, _), members in groupable.items():  # chains whose compiles share a program
-            for group in compile_groups(members, grain, lambda c: _likeness(c[3].request)):
+            for group in compile_groups(members, grain, lambda c: _likeness(c[3].request),
+                                        whole):
                 if len(group) == 1:
                     continue
                 # keyed by its members, in order: another batch (a second client) that
@@ -1065,23 +1092,30 @@ def _likeness(request: dict[str, Any]) -> tuple[str, ...]:
             json.dumps(request.get("options"), sort_keys=True, default=str))
 
 
-def compile_groups(chains: list[Any], grain: int, likeness: Any) -> list[list[Any]]:
+def compile_groups(chains: list[Any], grain: int, likeness: Any, whole: int = 0) \
+        -> list[list[Any]]:
     """``chains`` in groups of at most ``grain`` for one compile task each. Chains alike
     (``likeness``: likely one source, so one compiled unit for a group of them) fill
     groups of their own, and the groups of one likeness are spread through the order
     (a later one then tends to find its binary remembered,
     :func:`~accy.executable.compile.reused_binary`, rather than compile beside the
-    first); the chains left over share groups in their order.
+    first); the chains left over share groups in their order. A likeness of more than
+    ``grain`` but at most ``whole`` chains is one group (:func:`whole_group`): its
+    source compiles once, on one worker.
 
     >>> compile_groups(["a1", "b1", "a2", "b2", "a3", "a4", "a5", "c1"], 2, lambda c: c[0])
     [['a1', 'a2'], ['b1', 'b2'], ['a3', 'a4'], ['a5', 'c1']]
+    >>> compile_groups(["a1", "b1", "a2", "b2", "a3", "a4", "c1"], 2, lambda c: c[0], 4)
+    [['a1', 'a2', 'a3', 'a4'], ['b1', 'b2'], ['c1']]
     """
     alike: dict[Any, list[Any]] = {}
     for c in chains:
         alike.setdefault(likeness(c), []).append(c)
-    runs = [[members[at:at + grain] for at in range(0, len(members) - grain + 1, grain)]
+    runs = [[members] if grain < len(members) <= whole else
+            [members[at:at + grain] for at in range(0, len(members) - grain + 1, grain)]
             for members in alike.values()]
-    rest = [c for members in alike.values() for c in members[len(members) // grain * grain:]]
+    rest = [c for members in alike.values() if not grain < len(members) <= whole
+            for c in members[len(members) // grain * grain:]]
     return [run[i] for i in range(max((len(r) for r in runs), default=0))
             for run in runs if i < len(run)] + \
         [rest[at:at + grain] for at in range(0, len(rest), grain)]

@@ -318,25 +318,28 @@ def test_a_chain_that_fails_in_a_group_fails_alone(tmp_path):
     assert failed_contract.stage == "contract" and failed_contract.receipts == {}
 
 
+
+class CaptureTasks:
+    """A client that keeps the tasks of the graphs it is given, running none."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[Any, Any] = {}
+
+    def get(self, hlg: Any, keys: Any, sync: bool = False) -> list[Any]:
+        self.tasks.update(dict(hlg))
+        return list(keys)
+
 def test_a_group_is_keyed_by_its_members():
     """Two batches (two clients) that group different chains never share a group key:
     a reader of one must never read the other's group (found by the fault suite's
     two-client trials: a pick read another batch's group under the same key)."""
-    class Capture:
-        def __init__(self) -> None:
-            self.tasks: dict[Any, Any] = {}
-
-        def get(self, hlg: Any, keys: Any, sync: bool = False) -> list[Any]:
-            self.tasks.update(dict(hlg))
-            return list(keys)
-
     def groups(names: list[str]) -> set[Any]:
         g = graph.GraphBuilder()
         for n in names:
             request = {"target": "cuda:sm_90", "options": {}}
             g.node(("accy_compile", n), "compile", "outside", request, None,
                    program=("cuda:sm_90", ("--fmad=false",)))
-        client = Capture()
+        client = CaptureTasks()
         g.submit(client, grain=2)
         return {k for k in client.tasks if str(k[0]).startswith("accy_group-")}
 
@@ -344,6 +347,29 @@ def test_a_group_is_keyed_by_its_members():
     assert len(first) == len(second) == 1
     assert first != second and first == again
 
+
+
+def test_a_programs_alike_chains_are_one_group_up_to_the_whole_bound():
+    """Alike chains (one program, target and options: one source) of more than the grain
+    but at most ``whole`` are one group task, so their source compiles once, on one
+    worker; more than ``whole`` stay in groups of the grain."""
+    def group_sizes(counts: dict[str, int], whole: int) -> list[int]:
+        g = graph.GraphBuilder()
+        for prog, n in counts.items():
+            for i in range(n):
+                request = {"program": prog, "target": "cuda:sm_90", "options": {}}
+                g.node(("accy_compile", f"{prog}{i}"), "compile", "outside", request, None,
+                       program=("cuda:sm_90", ("--fmad=false",)))
+        client = CaptureTasks()
+        g.submit(client, grain=4, whole=whole)
+        return sorted(len(t.args[0]) for k, t in client.tasks.items()
+                      if str(k[0]).startswith("accy_group-"))
+
+    assert group_sizes({"p": 9, "q": 3}, whole=0) == [4, 4, 4]  # p9 rides with q's three
+    assert group_sizes({"p": 9, "q": 3}, whole=9) == [3, 9]
+    # p: 10 > 9, as without the bound (its last two ride with q's, q's last runs alone)
+    assert group_sizes({"p": 10, "q": 3}, whole=9) == group_sizes({"p": 10, "q": 3}, 0) \
+        == [4, 4, 4]
 
 def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
     """Dask places a task where its inputs are: every variant of a shared prefix queued on
@@ -481,10 +507,13 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     real = batch._submit
 
     grains: list[int] = []
+    wholes: list[int] = []
 
     def counted(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
         chunks.append(len(todo))
-        grains.append(args[-1])
+        grain, whole = args[-1]
+        grains.append(grain)
+        wholes.append(whole)
         return real(client, todo, *args, **kwargs)
 
     monkeypatch.setattr(batch, "_submit", counted)
@@ -500,6 +529,7 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     full = max(grains)
     assert len(chunks) >= 3 and grains[0] == grains[-1] == max(1, full // 2) < full
     assert set(grains[1:-1]) == {full}
+    assert set(wholes) == {graph.whole_group(len(variants), 2)}  # one bound for the batch
     assert [o.id for o in result.outcomes] == [v.id for v in variants]
     assert all(o.status == "ok" for o in result.outcomes)
     for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
