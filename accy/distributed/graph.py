@@ -811,26 +811,29 @@ def compile_grain(variants: int, threads: int) -> int:
     return max(1, min(limit, variants // max(1, 2 * threads)))
 
 
-MAX_WHOLE_GROUP = 24
-"""The most alike chains (one program, target and options: one source, likely) a batch
-keeps in one group task, beyond the grain (:func:`whole_group`)."""
+MAX_WHOLE_GROUP = 48
+"""The most chains of whole likenesses (one program, target and options each: one
+source, likely) a batch puts in one group task (:func:`whole_group`)."""
 
 
 def whole_group(variants: int, threads: int) -> int:
-    """How many alike chains a batch may keep in one group, past the grain, so that
-    their source compiles once, on one worker: up to :data:`MAX_WHOLE_GROUP`, while
-    every worker thread still gets two tasks' worth of chains.
+    """The most chains of a batch's group task made of whole likenesses
+    (:func:`compile_groups`): up to :data:`MAX_WHOLE_GROUP`, while every worker thread
+    still gets two tasks' worth of chains. A likeness of no more chains than this is
+    never split, so its source compiles once, on one worker, and several such go to
+    one NVRTC program.
 
-    In groups of the grain (8), the 16 row counts of each of 96 distinct variants'
-    six programs were two groups a program, which on two workers often ran at once and
-    each compiled the program; one group a program compiles it once: 145.5 against 171
-    variants/s (2-core machine, 2 workers, six batches each, alternating; 97.5 against
-    99.5 on one worker; RESULTS.md, batch, twenty-second session). Where a program
-    has more alike chains than this (480 variants on 15 workers: 80 a program, a
-    bound of 16), they stay in groups of the grain, spread through the order.
+    In groups of the grain (8), the 16 row counts of each of 96 distinct variants' six
+    programs were two groups a program, which on two workers often ran at once and each
+    compiled the program; one group a program: 145.5 against 171 variants/s (2-core
+    machine, 2 workers, six batches each, alternating); on one worker, three programs a
+    group (two NVRTC programs a batch instead of six): 94.5 against 106.5 (RESULTS.md,
+    batch, twenty-second session). Where a program has more alike chains than this
+    (480 variants on 15 workers: 80 a program, a bound of 16), they stay in groups of
+    the grain, spread through the order.
 
     >>> whole_group(96, 2), whole_group(96, 1), whole_group(480, 15), whole_group(10, 2)
-    (24, 24, 16, 2)
+    (24, 48, 16, 2)
     """
     return min(MAX_WHOLE_GROUP, variants // max(1, 2 * threads))
 
@@ -1007,9 +1010,9 @@ class GraphBuilder:
 
         With ``grain`` > 1, chains that compile CUDA fragments run ``grain`` at a time
         in one task (:func:`chain_group_task`: their compiles in one NVRTC program);
-        alike chains (one source, likely) of one program, more than ``grain`` but at
-        most ``whole``, are one task (:func:`compile_groups`, :func:`whole_group`).
-        A chain in a group has no task of its own: its value is its entry of the
+        alike chains (one source, likely) no more than ``whole`` are never split, and
+        several such share a task of at most ``whole`` chains (:func:`compile_groups`,
+        :func:`whole_group`). A chain in a group has no task of its own: its value is its entry of the
         group's (:attr:`pick_of`; whoever reads it picks it inside its own task,
         :meth:`ref`), and its stages stay keyed, stored and published by their
         stage keys. A pick task per chain cost a scheduler round trip each: on the
@@ -1094,30 +1097,40 @@ def _likeness(request: dict[str, Any]) -> tuple[str, ...]:
 
 def compile_groups(chains: list[Any], grain: int, likeness: Any, whole: int = 0) \
         -> list[list[Any]]:
-    """``chains`` in groups of at most ``grain`` for one compile task each. Chains alike
-    (``likeness``: likely one source, so one compiled unit for a group of them) fill
-    groups of their own, and the groups of one likeness are spread through the order
-    (a later one then tends to find its binary remembered,
+    """``chains`` in groups for one compile task each. Chains alike (``likeness``: likely
+    one source, so one compiled unit for a group of them) and more than ``whole`` fill
+    groups of ``grain`` of their own, and the groups of one likeness are spread through
+    the order (a later one then tends to find its binary remembered,
     :func:`~accy.executable.compile.reused_binary`, rather than compile beside the
-    first); the chains left over share groups in their order. A likeness of more than
-    ``grain`` but at most ``whole`` chains is one group (:func:`whole_group`): its
-    source compiles once, on one worker.
+    first); what they leave over shares groups of ``grain`` in its order. A likeness of
+    at most ``whole`` chains (:func:`whole_group`) stays whole: such likenesses share
+    groups of at most ``whole`` chains and ``grain`` likenesses, in their order, so each
+    source compiles once, on one worker, and one NVRTC program holds several.
 
     >>> compile_groups(["a1", "b1", "a2", "b2", "a3", "a4", "a5", "c1"], 2, lambda c: c[0])
     [['a1', 'a2'], ['b1', 'b2'], ['a3', 'a4'], ['a5', 'c1']]
     >>> compile_groups(["a1", "b1", "a2", "b2", "a3", "a4", "c1"], 2, lambda c: c[0], 4)
-    [['a1', 'a2', 'a3', 'a4'], ['b1', 'b2'], ['c1']]
+    [['a1', 'a2', 'a3', 'a4'], ['b1', 'b2', 'c1']]
+    >>> compile_groups(["a1", "b1", "a2", "b2", "c1", "c2"], 2, lambda c: c[0], 6)
+    [['a1', 'a2', 'b1', 'b2'], ['c1', 'c2']]
     """
     alike: dict[Any, list[Any]] = {}
     for c in chains:
         alike.setdefault(likeness(c), []).append(c)
-    runs = [[members] if grain < len(members) <= whole else
-            [members[at:at + grain] for at in range(0, len(members) - grain + 1, grain)]
-            for members in alike.values()]
-    rest = [c for members in alike.values() if not grain < len(members) <= whole
-            for c in members[len(members) // grain * grain:]]
+    big = [members for members in alike.values() if len(members) > whole]
+    runs = [[members[at:at + grain] for at in range(0, len(members) - grain + 1, grain)]
+            for members in big]
+    rest = [c for members in big for c in members[len(members) // grain * grain:]]
+    packed: list[list[Any]] = []
+    kinds = 0
+    for members in (m for m in alike.values() if len(m) <= whole):
+        if not packed or len(packed[-1]) + len(members) > whole or kinds >= grain:
+            packed.append([])
+            kinds = 0
+        packed[-1].extend(members)
+        kinds += 1
     return [run[i] for i in range(max((len(r) for r in runs), default=0))
-            for run in runs if i < len(run)] + \
+            for run in runs if i < len(run)] + packed + \
         [rest[at:at + grain] for at in range(0, len(rest), grain)]
 
 

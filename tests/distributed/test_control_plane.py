@@ -349,10 +349,11 @@ def test_a_group_is_keyed_by_its_members():
 
 
 
-def test_a_programs_alike_chains_are_one_group_up_to_the_whole_bound():
-    """Alike chains (one program, target and options: one source) of more than the grain
-    but at most ``whole`` are one group task, so their source compiles once, on one
-    worker; more than ``whole`` stay in groups of the grain."""
+def test_alike_chains_up_to_the_whole_bound_stay_together():
+    """Alike chains (one program, target and options: one source) of at most ``whole``
+    stay together, several such sharing a group task of at most ``whole`` chains, so each
+    source compiles once, on one worker; more than ``whole`` go in groups of the
+    grain."""
     def group_sizes(counts: dict[str, int], whole: int) -> list[int]:
         g = graph.GraphBuilder()
         for prog, n in counts.items():
@@ -367,9 +368,10 @@ def test_a_programs_alike_chains_are_one_group_up_to_the_whole_bound():
 
     assert group_sizes({"p": 9, "q": 3}, whole=0) == [4, 4, 4]  # p9 rides with q's three
     assert group_sizes({"p": 9, "q": 3}, whole=9) == [3, 9]
-    # p: 10 > 9, as without the bound (its last two ride with q's, q's last runs alone)
-    assert group_sizes({"p": 10, "q": 3}, whole=9) == group_sizes({"p": 10, "q": 3}, 0) \
-        == [4, 4, 4]
+    assert group_sizes({"p": 4, "q": 3, "r": 2}, whole=8) == [2, 7]  # p and q share one
+    # p: 10 > 9 in groups of the grain (its last two together), q whole
+    assert group_sizes({"p": 10, "q": 3}, whole=9) == [2, 3, 4, 4]
+
 
 def test_tasks_reading_a_shared_result_are_spread_over_the_workers():
     """Dask places a task where its inputs are: every variant of a shared prefix queued on
