@@ -366,8 +366,11 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
 
     todo = _checked_variants(variants, finish)
     threads = _worker_threads(client)
-    grain, whole = compile_grain(len(todo), threads), whole_group(len(todo), threads)
+    grain = compile_grain(len(todo), threads)
     chunked = len(todo) > CHUNKED_ABOVE
+    # whole likenesses only in a batch submitted at once: a chunk's likenesses are parts
+    # of the batch's, and its first needs a group for every worker thread
+    whole = 0 if chunked else whole_group(len(todo), threads)
     # a chunked batch's first round in smaller groups (the cluster starts sooner) and its
     # last round too (the workers finish closer together)
     opening, closing = (max(1, grain // FIRST_GRAIN_DIVISOR), max(1, grain // TAIL_GRAIN_DIVISOR))

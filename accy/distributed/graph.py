@@ -828,9 +828,10 @@ def whole_group(variants: int, threads: int) -> int:
     compiled the program; one group a program: 145.5 against 171 variants/s (2-core
     machine, 2 workers, six batches each, alternating); on one worker, three programs a
     group (two NVRTC programs a batch instead of six): 94.5 against 106.5 (RESULTS.md,
-    batch, twenty-second session). Where a program has more alike chains than this
-    (480 variants on 15 workers: 80 a program, a bound of 16), they stay in groups of
-    the grain, spread through the order.
+    batch, twenty-second session). A likeness of more chains than this stays in groups
+    of the grain, spread through the order. A batch submitted in chunks (more than
+    ``batch.CHUNKED_ABOVE`` variants) keeps groups of the grain: a chunk holds only part
+    of each likeness, and its first one needs a group for every worker thread.
 
     >>> whole_group(96, 2), whole_group(96, 1), whole_group(480, 15), whole_group(10, 2)
     (24, 48, 16, 2)

@@ -496,6 +496,25 @@ def test_a_stage_run_two_chains_read_runs_in_both():
     assert [("accy_load", "x")] in chains and [("accy_load", "y")] in chains
 
 
+def test_a_batch_submitted_at_once_keeps_whole_likenesses(cluster, tmp_path, monkeypatch):
+    from accy.distributed import batch
+
+    c, client = cluster
+    groupings: list[Any] = []
+    real = batch._submit
+
+    def seen(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
+        groupings.append(args[-1])
+        return real(client, todo, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "_submit", seen)
+    variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)})
+                for r in range(8, 8 + 8 * 12, 8)]
+    result = run_batch(client, variants, store_url=str(tmp_path / "store"))
+    assert all(o.status == "ok" for o in result.outcomes)
+    assert groupings == [(graph.compile_grain(12, 2), graph.whole_group(12, 2))] == [(3, 3)]
+
+
 def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(cluster,
                                                                             tmp_path,
                                                                             monkeypatch):
@@ -531,7 +550,7 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     full = max(grains)
     assert len(chunks) >= 3 and grains[0] == grains[-1] == max(1, full // 2) < full
     assert set(grains[1:-1]) == {full}
-    assert set(wholes) == {graph.whole_group(len(variants), 2)}  # one bound for the batch
+    assert set(wholes) == {0}  # a chunked batch keeps groups of the grain
     assert [o.id for o in result.outcomes] == [v.id for v in variants]
     assert all(o.status == "ok" for o in result.outcomes)
     for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
