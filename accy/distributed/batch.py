@@ -566,8 +566,7 @@ class _Submitter:
     each. :meth:`stop` makes it submit nothing more."""
 
     def __init__(self, client: Any, chunks: list[tuple[list[Any], tuple[int, int]]],
-                 store_url: str | None,
-                 fresh: bool, collector: _Collector) -> None:
+                 store_url: str | None, fresh: bool, collector: _Collector) -> None:
         import queue
         import threading
 

@@ -1013,10 +1013,10 @@ class GraphBuilder:
         in one task (:func:`chain_group_task`: their compiles in one NVRTC program);
         alike chains (one source, likely) no more than ``whole`` are never split, and
         several such share a task of at most ``whole`` chains (:func:`compile_groups`,
-        :func:`whole_group`). A chain in a group has no task of its own: its value is its entry of the
-        group's (:attr:`pick_of`; whoever reads it picks it inside its own task,
-        :meth:`ref`), and its stages stay keyed, stored and published by their
-        stage keys. A pick task per chain cost a scheduler round trip each: on the
+        :func:`whole_group`). A chain in a group has no task of its own: its value is
+        its entry of the group's (:attr:`pick_of`; whoever reads it picks it inside its
+        own task, :meth:`ref`), and its stages stay keyed, stored and published by
+        their stage keys. A pick task per chain cost a scheduler round trip each: on the
         2-core machine 96 of a 108-task batch, and 0.25 s of picks after the last
         group ended (RESULTS.md, batch, tenth session).
 
