@@ -98,8 +98,9 @@ def compile_once(source: str, arch: str, flags: tuple[str, ...],
 
 
 def summary(times: list[float], splits: list[dict[str, float]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"nvrtc_s": [round(min(times), 3), round(statistics.median(times), 3),
-                                       round(max(times), 3)]}
+    from cold_compile import spread
+
+    out: dict[str, Any] = {"nvrtc_s": spread(times)}
     if splits and splits[0]:
         out["phases_ms_median"] = {k: round(statistics.median(s[k] for s in splits), 1)
                                    for k in splits[0]}

@@ -89,13 +89,12 @@ host's NVRTC speed, not accy's."""
 def host_facts() -> dict[str, Any]:
     """Where the compile ran: NVRTC's version, the CPU model and the cores this
     process may use."""
+    from accy.distributed.batch import available_cores
     from accy.executable.device import nvrtc_version
     from accy.tune.timing import cpu_model
 
     major, minor = nvrtc_version()
-    return {"nvrtc": f"{major}.{minor}", "cpu": cpu_model(),
-            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count()}
+    return {"nvrtc": f"{major}.{minor}", "cpu": cpu_model(), "cores": available_cores()}
 
 
 def spread(times: list[float]) -> list[float]:

@@ -368,8 +368,8 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     threads = _worker_threads(client)
     grain = compile_grain(len(todo), threads)
     chunked = len(todo) > CHUNKED_ABOVE
-    # whole likenesses only in a batch submitted at once: a chunk's likenesses are parts
-    # of the batch's, and its first needs a group for every worker thread
+    # whole likenesses only in a batch submitted at once (one chunk): a chunk's
+    # likenesses are parts of the batch's, and its first needs a group for every thread
     whole = 0 if chunked else whole_group(len(todo), threads)
     # a chunked batch's first round in smaller groups (the cluster starts sooner) and its
     # last round too (the workers finish closer together)
@@ -378,14 +378,14 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
     chunks = submission_chunks(todo, first, _prefix_of,
                                tail=max(1, threads) * grain if chunked else 0)
     del todo
-    groupings = [(grain, whole)] * len(chunks)
+    grains = [grain] * len(chunks)
     if len(chunks) > 1:
-        groupings[0], groupings[-1] = (opening, whole), (closing, whole)
+        grains[0], grains[-1] = opening, closing
     if not chunks:  # nothing passed the checks
         return BatchResult([outcomes[v.id] for v in variants if v.id in outcomes],
                            time.perf_counter() - t0, 0, _Collector(client, 0, store_url).version)
-    collector, part = _submit(client, chunks[0], store_url, fresh, None, groupings[0])
-    submitter = _Submitter(client, list(zip(chunks[1:], groupings[1:])), store_url, fresh,
+    collector, part = _submit(client, chunks[0], store_url, fresh, None, grains[0], whole)
+    submitter = _Submitter(client, list(zip(chunks[1:], grains[1:])), store_url, fresh,
                            collector)
     del chunks
     submitted = _collect(collector, part, finish, submitter)
@@ -504,12 +504,12 @@ class _Part:
 
 
 def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantRequest]],
-            store_url: str | None, fresh: bool, collector: _Collector | None,
-            grouping: tuple[int, int]) \
+            store_url: str | None, fresh: bool, collector: _Collector | None, grain: int,
+            whole: int = 0) \
         -> tuple[_Collector, _Part]:
     """Resolve every variant's published prefix (one round trip), plan its chains and
-    submit them as one graph, grouped as ``grouping`` says (the grain, chains a compile
-    group, and the whole-group bound: :meth:`GraphBuilder.submit`). A later chunk of the
+    submit them as one graph, ``grain`` chains a compile group and likenesses of at most
+    ``whole`` chains kept whole (:meth:`GraphBuilder.submit`). A later chunk of the
     batch passes the batch's ``collector`` (one claim set, one version; None: the first
     makes it). Only reads the collector: the collecting loop takes the :class:`_Part`."""
     templates: dict[str, int] = {}
@@ -532,8 +532,8 @@ def _submit(client: Any, todo: list[tuple[Variant, SemanticModule, VariantReques
     # and load when every worker is a GPU worker; otherwise it splits there)
     spread = _spread(client, answer.get("workers"))
     del answer
-    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grouping[0],
-                           whole=grouping[1], spread=spread, restrict_gpu=not all_gpu)
+    futures = graph.submit(client, fuse_gpu=not gpu or all_gpu, grain=grain, whole=whole,
+                           spread=spread, restrict_gpu=not all_gpu)
     part = _Part({}, [], set(futures))
     for p in plans:
         p.bind(futures, graph)
@@ -565,8 +565,8 @@ class _Submitter:
     is put on :attr:`parts`; ``notify`` (the collecting loop's wake-up) is called after
     each. :meth:`stop` makes it submit nothing more."""
 
-    def __init__(self, client: Any, chunks: list[tuple[list[Any], tuple[int, int]]],
-                 store_url: str | None, fresh: bool, collector: _Collector) -> None:
+    def __init__(self, client: Any, chunks: list[tuple[list[Any], int]], store_url: str | None,
+                 fresh: bool, collector: _Collector) -> None:
         import queue
         import threading
 
@@ -588,8 +588,8 @@ class _Submitter:
         client, store_url, fresh, collector = self._args
         try:
             while self._chunks and not self._stop.is_set():
-                chunk, grouping = self._chunks.pop(0)
-                self.parts.put(_submit(client, chunk, store_url, fresh, collector, grouping)[1])
+                chunk, grain = self._chunks.pop(0)
+                self.parts.put(_submit(client, chunk, store_url, fresh, collector, grain)[1])
                 del chunk
                 self.notify()
         except BaseException as e:  # noqa: BLE001 — the collecting loop raises it

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import platform
 import random
 import socket
@@ -106,12 +105,10 @@ def worker_device_info() -> dict[str, Any]:
         from accy.executable.device import cuda_compiler_identity
 
         nvrtc = cuda_compiler_identity()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    from accy.distributed.batch import available_cores
+
     return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": cpu_model(),
-            "cores": cores, "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
+            "cores": available_cores(), "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
 
 
 # ------------------------------------------------------------------ figures

@@ -503,9 +503,9 @@ def test_a_batch_submitted_at_once_keeps_whole_likenesses(cluster, tmp_path, mon
     groupings: list[Any] = []
     real = batch._submit
 
-    def seen(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
-        groupings.append(args[-1])
-        return real(client, todo, *args, **kwargs)
+    def seen(client, todo, store_url, fresh, collector, grain, whole=0):  # type: ignore[no-untyped-def]
+        groupings.append((grain, whole))
+        return real(client, todo, store_url, fresh, collector, grain, whole)
 
     monkeypatch.setattr(batch, "_submit", seen)
     variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)})
@@ -530,12 +530,11 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     grains: list[int] = []
     wholes: list[int] = []
 
-    def counted(client, todo, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def counted(client, todo, store_url, fresh, collector, grain, whole=0):  # type: ignore[no-untyped-def]
         chunks.append(len(todo))
-        grain, whole = args[-1]
         grains.append(grain)
         wholes.append(whole)
-        return real(client, todo, *args, **kwargs)
+        return real(client, todo, store_url, fresh, collector, grain, whole)
 
     monkeypatch.setattr(batch, "_submit", counted)
     monkeypatch.setattr(batch, "CHUNKED_ABOVE", 8)  # 24 variants: chunked here
