@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import platform
 import random
 import socket
@@ -105,10 +106,12 @@ def worker_device_info() -> dict[str, Any]:
         from accy.executable.device import cuda_compiler_identity
 
         nvrtc = cuda_compiler_identity()
-    from accy.distributed.batch import available_cores
-
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
     return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": cpu_model(),
-            "cores": available_cores(), "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
+            "cores": cores, "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
 
 
 # ------------------------------------------------------------------ figures
