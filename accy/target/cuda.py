@@ -1327,10 +1327,12 @@ def emit_mma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     return "\n".join(lines), b.tables
 
 
-def _wgmma_call(instr: str, acc: str, n_acc: int, da: str) -> str:
+def _wgmma_call(instr: str, acc: str, n_acc: int, da: str, accumulate: str) -> str:
     """One ``wgmma.mma_async`` on descriptors ``da``/``db`` into the accumulators
     ``acc0 … acc<n_acc - 1>``: A K-major, B N-major (transposed: the ``[K, N]``
-    row-major operand), accumulating.
+    row-major operand); it adds to them where the C expression ``accumulate`` is
+    nonzero and overwrites them where it is 0 (the first k-step: the accumulators are
+    never zeroed, :func:`_wgmma_registers`).
 
     The accumulators are PTX registers of the kernel's own (:func:`_wgmma_registers`),
     not operands: NVVM's time on an ``asm`` statement grows faster than its operand
@@ -1339,15 +1341,42 @@ def _wgmma_call(instr: str, acc: str, n_acc: int, da: str) -> str:
     regs = ", ".join(f"{acc}{i}" for i in range(n_acc))
     return (f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %2, 0;\\n'
             f'wgmma.mma_async.sync.aligned.{instr} {{{regs}}}, %0, %1, '
-            f'p, 1, 1, 0, 1;\\n}}\\n" :: "l"({da}), "l"(db), "r"(1) : "memory");')
+            f'p, 1, 1, 0, 1;\\n}}\\n" :: "l"({da}), "l"(db), "r"({accumulate}) : "memory");')
 
 
 def _wgmma_registers(acc: str, n_acc: int) -> str:
     """The statement that declares the f32 registers ``acc0 …`` at the kernel's top
-    (before any branch, so the declaration precedes every use in the PTX) and zeroes
-    them; a name without ``%`` is a plain PTX identifier."""
-    zero = "".join(f"mov.b32 {acc}{i}, 0;\\n" for i in range(n_acc))
-    return f'asm volatile(".reg .f32 {acc}<{n_acc}>;\\n{zero}");'
+    (before any branch, so the declaration precedes every use in the PTX); a name
+    without ``%`` is a plain PTX identifier. Not zeroed: the first k-step's wgmma
+    writes them without adding (:func:`_wgmma_call`; a wgmma plan has K ≥ 64), and 128
+    moves a thread cost the unit's compile 5 % (RESULTS.md, Kernels, twenty-third
+    session)."""
+    return f'asm volatile(".reg .f32 {acc}<{n_acc}>;");'
+
+
+def _wgmma_stores(acc: str, n_acc: int, pointer: str, row_bytes: int, store: str) -> str:
+    """One statement that stores a thread's accumulators ``acc0 …`` straight from their
+    registers in the m16n8 C-fragment layout (:func:`_fragment_epilogue`): the pair
+    ``4j + h``, ``4j + h + 1`` (h = 0, 2) at byte offset ``(h / 2)·8·row_bytes +
+    j·8·size`` from ``pointer`` (the pair's element of j = h = 0), ``store`` the
+    instruction — ``"global.bf16"`` / ``"global.f16"`` (rounded and packed to one word),
+    ``"shared.f32"`` (a float pair). Only for an epilogue that stores the matmul's own
+    value: C moves of the 128 accumulators and a 64-bit address a pair were half the
+    plain wgmma unit's compile time (RESULTS.md, Kernels, twenty-third session)."""
+    space, kind = store.split(".")
+    size = 4 if kind == "f32" else 2
+    out = []
+    for j in range(n_acc // 4):
+        for h in (0, 2):
+            lo, hi, off = f"{acc}{4 * j + h}", f"{acc}{4 * j + h + 1}", \
+                (h // 2) * 8 * row_bytes + j * 8 * size
+            if kind == "f32":
+                out.append(f"st.{space}.v2.f32 [%0+{off}], {{{lo}, {hi}}};\\n")
+            else:
+                out.append(f"cvt.rn.{kind}x2.f32 w, {hi}, {lo};\\nst.{space}.b32 [%0+{off}], w;\\n")
+    reg = "r" if space == "shared" else "l"
+    return (f'asm volatile("{{\\n.reg .b32 w;\\n{"".join(out)}}}\\n" :: "{reg}"({pointer}) '
+            ': "memory");')
 
 
 def _wgmma_results(acc: str, n_acc: int, dest: str) -> list[str]:
@@ -1497,7 +1526,8 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         for mt in range(per):
             lines += [f"        const unsigned long long da{mt} = accy_wgmma_desc(a + (cw * {per} "
                       f"+ {mt}) * 8192 + {j * 32}, 16, 1024);",
-                      "        " + _wgmma_call(plan.mma, acc[mt], n_acc, f"da{mt}")]
+                      "        " + _wgmma_call(plan.mma, acc[mt], n_acc, f"da{mt}",
+                                               "kt" if j == 0 else "1")]
         lines.append("      }")
     lines += ["      asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");",
               "      asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");",
@@ -1506,28 +1536,20 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
               "    }",
               "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
-    # the accumulators to C variables for the epilogue, which loops over them as an
-    # array (a loop, not its unrolled text: a fused epilogue spelled out for each pair
-    # made the bf16 MLP's unit 8x longer and slower to compile)
-    lines.append(f"    float d[{per}][{n_acc}];")
-    for mt in range(per):
-        lines += ["    " + x for x in _wgmma_results(acc[mt], n_acc, f"d[{mt}]")]
-    def fragments(epilogue: Callable[[list[str]], list[str]]) -> list[str]:
-        # warp wq of the consumer holds rows 16·wq … of its 64-row slices
-        return _fragment_epilogue([("mt", per), ("j", tn // 8)],
-                                  f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
-                                  lambda h: f"d[mt][4 * j + {h}]", epilogue, "    ")
+    def row(mt: int) -> str:  # a thread's first row of slice mt in the block tile
+        return f"(cw * {per} + {mt}) * 64 + wq * 16 + (lane >> 2)"
 
     pitch = tn + WGMMA_STAGED_PAD
+    value = mm.results[0]
     if _heavy_epilogue(k) and tm * pitch * 4 <= st * stage:
         # staged: every consumer's tile to the (drained) stage buffers, then one loop
         # over it, four adjacent columns an iteration
         lines += [f"    asm volatile(\"bar.sync 1, {consumers * 128};\" ::: \"memory\");",
                   "    float* const tile = reinterpret_cast<float*>(smem_raw + (base - (unsigned)"
                   "__cvta_generic_to_shared(smem_raw)));"]
-        lines += fragments(lambda raw: [
-            f"*reinterpret_cast<float2*>(tile + (m - m0) * {pitch} + (n - n0)) = "
-            f"make_float2({raw[0]}, {raw[1]});"])
+        lines += ["    " + _wgmma_stores(acc[mt], n_acc, f"base + ({row(mt)}) * {pitch * 4} + "
+                                          "(lane & 3) * 8", pitch * 4, "shared.f32")
+                  for mt in range(per)]
         lines += ["    asm volatile(\"bar.sync %0, 128;\" :: \"r\"(2 + cw) : \"memory\");",
                   "    #pragma unroll 2",
                   f"    for (int e = tid & 127; e < {per * 64 * tn // 4}; e += 128) {{",
@@ -1538,8 +1560,28 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                   *("      " + x for x in _lane_epilogue(k, b, mm, outs, tuple(bnames),
                                                           ["q.x", "q.y", "q.z", "q.w"], el)),
                   "    }"]
+    elif list(k.body.terminator.operands) == [value]:  # type: ignore[union-attr]
+        # the matmul's own value, its only output: rounded and stored from the registers
+        shape = shape_of(value)
+        for mt in range(per):
+            at = b.offset(shape, tuple(bnames) + (f"(long long)(m0 + {row(mt)})",
+                                                  "(n0 + (lane & 3) * 2)"), 0)
+            lines.append("    " + _wgmma_stores(acc[mt], n_acc, f"{outs[0]} + {at}",
+                                                strides_of(shape)[-2] * 2,
+                                                f"global.{elem_of(value)}"))
     else:
-        lines += fragments(lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames), raw, el))
+        # the accumulators to C variables for the epilogue, which loops over them as an
+        # array (a loop, not its unrolled text: a fused epilogue spelled out for each pair
+        # made the bf16 MLP's unit 8x longer and slower to compile)
+        lines.append(f"    float d[{per}][{n_acc}];")
+        for mt in range(per):
+            lines += ["    " + x for x in _wgmma_results(acc[mt], n_acc, f"d[{mt}]")]
+        # warp wq of the consumer holds rows 16·wq … of its 64-row slices
+        lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
+                                    f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
+                                    lambda h: f"d[mt][4 * j + {h}]",
+                                    lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames),
+                                                               raw, el), "    ")
     lines += ["  }", "}"]
     return "\n".join(lines), b.tables
 

@@ -343,16 +343,25 @@ def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
     assert "extern __shared__ unsigned char smem_raw[];" in text
     for j in range(4):  # B: 64-column slabs, the k-steps of a stage spelled unrolled
         assert f"accy_wgmma_desc(b + {j * 2048}, 8192, 1024)" in text
-    # the accumulators are PTX registers of the kernel's own, declared and zeroed before
-    # any branch, named in each wgmma (whose only operands are the descriptors and the
-    # scale), and moved to the epilogue's array eight a statement after the last wait
+    # the accumulators are PTX registers of the kernel's own, declared before any branch
+    # and never zeroed: a stage's first k-step overwrites them in the first stage (its
+    # scale operand is kt), the others add; named in each wgmma (whose only operands are
+    # the descriptors and the scale)
     head = text[:text.index("if (tid == 0)")]
-    assert ".reg .f32 accy_d0_<64>;" in head and "mov.b32 accy_d0_63, 0;" in head
+    assert ".reg .f32 accy_d0_<64>;" in head and "mov.b32 accy_d0_" not in text
     assert "accy_d0_0, accy_d0_1, " in text and "accy_d0_63}, %0, %1, p" in text
+    assert text.count('"l"(da0), "l"(db), "r"(kt) : "memory");') == 1
+    assert text.count('"l"(da0), "l"(db), "r"(1) : "memory");') == 3
     assert '"+f"' not in text
+    # the matmul's own value, its only output: rounded, packed and stored from the
+    # registers in one statement after the last wait (no array, no moves): the pair
+    # (0, 1) at the thread's first element, (62, 63) 8 rows and 15 column pairs on
     tail = text[text.index("wgmma.wait_group.sync.aligned 0;"):]
-    assert tail.count('asm volatile("mov.b32 %0, accy_d0_') == 8
-    assert 'mov.b32 %7, accy_d0_63;\\n" : "=f"(d[0][56]),' in tail
+    assert "mov.b32 %" not in tail and "float d[" not in tail
+    assert tail.count(".reg .b32 w;") == 1 and tail.count("st.global.b32") == 32
+    assert f"cvt.rn.{element}x2.f32 w, accy_d0_1, accy_d0_0;\\nst.global.b32 [%0+0], w;" in tail
+    assert (f"cvt.rn.{element}x2.f32 w, accy_d0_63, accy_d0_62;\\n"
+            f"st.global.b32 [%0+{8 * 256 * 2 + 15 * 8 * 2}], w;") in tail
     assert "wgmma.wait_group.sync.aligned 1;" in text
     assert text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile") == 2  # A, B slabs
     assert "mbarrier.try_wait.parity.shared::cta.b64" in text

@@ -81,11 +81,16 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
         prologue = "\n".join(line for line in rest[:rest.index("  const int kts")].splitlines()
                              if "smem_raw" not in line and "bars" not in line
                              and "accy_d" not in line) + "\n"
-        # the epilogue starts after the moves of the accumulator registers to its array; a
-        # staged one's barriers are the consumers' (named: the prelude's) and its tile the
-        # shim's shared memory
-        start = rest.rindex('asm volatile("mov.b32 %')
-        epilogue = rest[rest.index("\n", start) + 1:]
+        # the epilogue starts after the last wait, without the moves of the accumulator
+        # registers to its array (the shim fills the array); its stores straight from the
+        # registers read the array instead (stores_as_c); a staged one's barriers are the
+        # consumers' (named: the prelude's) and its tile the shim's shared memory, from
+        # shared address 0
+        start = rest.rindex('asm volatile("wgmma.wait_group.sync.aligned 0;"')
+        epilogue = "".join(
+            line for line in rest[rest.index("\n", start) + 1:].splitlines(keepends=True)
+            if 'asm volatile("mov.b32 %' not in line and "float d[" not in line)
+        epilogue = stores_as_c(epilogue, plan.mma.rsplit(".", 1)[-1])
         epilogue = re.sub(r'asm volatile\("bar\.sync 1, \d+;" ::: "memory"\);',
                           "accy_named_sync(1);", epilogue)
         epilogue = epilogue.replace(
@@ -96,6 +101,7 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
         row, col = f"(cw * {per} + (I)) * 64 + wq * 16", "(J) * 8"
         acc_lines = ["  if (wg == 0) return;",
                      "  {",
+                     "    const unsigned base = 0;",
                      "    const int cw = wg - 1;",
                      f"    float d[{per}][{tn // 2}];",
                      f"    for (int mt = 0; mt < {per}; ++mt) for (int j = 0; j < {tn // 8}; ++j)",
@@ -113,6 +119,38 @@ def epilogue_kernel(text: str, k: KernelFuncOp) -> tuple[str, str]:
                       f"  const float* accsrc = p{len(decls)};", prologue.rstrip("\n"),
                       *acc_lines, epilogue.rstrip("\n"), ""])
     return text, acc + "\n"
+
+
+STORES = re.compile(r'asm volatile\("\{\\n\.reg \.b32 w;\\n(.*?)\}\\n" :: "[rl]"\((.*?)\) '
+                    r': "memory"\);')
+PAIR = re.compile(r"cvt\.rn\.\w+x2\.f32 w, accy_d(\d+)_(\d+), accy_d\d+_(\d+);\\n"
+                  r"st\.global\.b32 \[%0\+(\d+)\], w;\\n"
+                  r"|st\.shared\.v2\.f32 \[%0\+(\d+)\], \{accy_d(\d+)_(\d+), accy_d\d+_(\d+)\};\\n")
+
+
+def stores_as_c(text: str, element: str) -> str:
+    """``text`` with each statement that stores accumulators straight from their
+    registers (``accy.target.cuda._wgmma_stores``) spelled in C over the array ``d`` —
+    a global pair rounded and packed as ``cvt.rn.<el>x2.f32`` does (high lane first),
+    a shared pair of floats at its shared address in the shim's shared memory."""
+    pack = cuda_on_cpu.CONVERT[element][1]
+
+    def spelled(statement: re.Match[str]) -> str:
+        body, pointer = statement.groups()
+        out = []
+        for p in PAIR.finditer(body):
+            if p.group(1) is not None:
+                mt, hi, lo, off = p.group(1, 2, 3, 4)
+                out.append(f"*reinterpret_cast<unsigned int*>(reinterpret_cast<char*>"
+                           f"({pointer}) + {off}) = {pack}(d[{mt}][{lo}], d[{mt}][{hi}]);")
+            else:
+                off, mt, lo, hi = p.group(5, 6, 7, 8)
+                out.append(f"*reinterpret_cast<float2*>(reinterpret_cast<char*>(accy_smem) "
+                           f"+ ({pointer}) + {off}) = make_float2(d[{mt}][{lo}], d[{mt}][{hi}]);")
+        assert len(out) == body.count("st."), body  # every store of the statement spelled
+        return " ".join(out)
+
+    return STORES.sub(spelled, text)
 
 
 def run_epilogue(sm, target: str, opts: tuple[str, ...], element: str) \
@@ -156,9 +194,12 @@ def test_the_fragment_epilogue_writes_every_element_as_the_reference(
 
 
 @needs_cxx
-def test_a_batched_fragment_epilogue_finds_each_batch() -> None:
-    got, want = run_epilogue(matmul(128, 128, 64, "bf16", (2,), True), "cuda:sm_90",
-                             MMA_SYNC, "bf16")
+@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias-relu"])
+@pytest.mark.parametrize("kind,target,opts", CASES, ids=[c[0] for c in CASES])
+def test_a_batched_fragment_epilogue_finds_each_batch(
+        kind: str, target: str, opts: tuple[str, ...], epilogue: bool) -> None:
+    got, want = run_epilogue(matmul(128, 256, 64, "bf16", (2,), epilogue), target, opts,
+                             "bf16")
     np.testing.assert_array_equal(got[0], want[0])
 
 
