@@ -29,7 +29,6 @@ Example
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -165,7 +164,9 @@ def local_cluster_kwargs() -> dict[str, Any]:
 def default_workers() -> int:
     """How many single-thread workers a local batch cluster starts: one per core but
     one (the scheduler and the client share it), at least two."""
-    return max(2, (os.cpu_count() or 2) - 1)
+    from accy.host import available_cores
+
+    return max(2, available_cores() - 1)
 
 
 def gpu_visible() -> bool:

@@ -44,6 +44,7 @@ from accy.distributed.graph import (
 from accy.distributed.local import HOST_ENV
 from accy.errors import AccyError
 from accy.frontends import is_frontend_file, load_program
+from accy.host import available_cores
 from accy.pipeline import PREPARATION_NAMES
 from accy.preparation.keys import StageKey, explain
 from accy.preparation.products import SemanticModule
@@ -847,14 +848,6 @@ def _local_cluster(workers: int, dashboard_port: int) -> Any:
     from accy.distributed.local import local_cluster
 
     return local_cluster(workers, dashboard_port=dashboard_port)
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def local_workers(requested: int | None, force: bool, warn: Callable[[str], None]) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 
 from accy.errors import FragmentCompileError, FragmentLoadError
 from accy.files import write_atomic
+from accy.host import available_cores
 from accy.paths import lasting_source, private_subdir
 from accy.target.backend import HOST_FLAGS
 
@@ -150,7 +151,7 @@ def compile_cuda_parts(
     opts = (f"-arch={arch}", "--std=c++17", *options)
     _saved_source(workspace, name, source)
     stem = name.rsplit(".", 1)[0]
-    with ThreadPoolExecutor(min(len(parts), os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(min(len(parts), available_cores())) as pool:
         runs = list(pool.map(lambda ip: _nvrtc(head + ip[1], f"{stem}.k{ip[0]}.cu", opts),
                              enumerate(parts)))
     if any(failure is not None for _, failure in runs):

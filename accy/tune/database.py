@@ -102,7 +102,7 @@ def device_name(device: Mapping[str, Any], kind: str) -> str:
 
 def local_device_names(kind: str) -> list[str]:
     """This machine's device name for a target kind (none for CUDA without a GPU)."""
-    from accy.tune.timing import cpu_model
+    from accy.host import cpu_model
 
     if kind == "cuda":
         from accy.executable.device import gpu_identity

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import platform
 import random
 import socket
@@ -54,6 +53,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from accy.host import available_cores, cpu_model
 
 WARMUP = 3
 """Untimed runs of each variant before its repeats (caches, clocks, lazy loading)."""
@@ -72,18 +73,6 @@ and booleans must be equal); as ``benchmarks/kernels.py`` accepts a kernel."""
 
 
 # ------------------------------------------------------------------ devices
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith(("model name", "hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def worker_device_info() -> dict[str, Any]:
@@ -106,12 +95,8 @@ def worker_device_info() -> dict[str, Any]:
         from accy.executable.device import cuda_compiler_identity
 
         nvrtc = cuda_compiler_identity()
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
     return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": cpu_model(),
-            "cores": cores, "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
+            "cores": available_cores(), "cc": cc, "gpu": gpu, "nvrtc": nvrtc}
 
 
 # ------------------------------------------------------------------ figures
