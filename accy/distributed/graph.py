@@ -830,8 +830,10 @@ def whole_group(variants: int, threads: int) -> int:
     group (two NVRTC programs a batch instead of six): 94.5 against 106.5 (RESULTS.md,
     batch, twenty-second session). A likeness of more chains than this stays in groups
     of the grain, spread through the order. A batch submitted in chunks (more than
-    ``batch.CHUNKED_ABOVE`` variants) keeps groups of the grain: a chunk holds only part
-    of each likeness, and its first one needs a group for every worker thread.
+    ``batch.CHUNKED_ABOVE`` variants) bounds each chunk by its own size (its first, of a
+    group for every worker thread, keeps few whole); the chunks bring each program's
+    prefixes together (``batch.submission_chunks``' kin), so a likeness is seldom split
+    between two.
 
     >>> whole_group(96, 2), whole_group(96, 1), whole_group(480, 15), whole_group(10, 2)
     (24, 48, 16, 2)

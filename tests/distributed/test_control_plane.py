@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -520,7 +521,9 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
                                                                             monkeypatch):
     """The cluster starts on a first chunk while the client plans the rest; the variants
     of one prefix (program, target, shapes) stay in one chunk, so a stage they share is
-    run once; every variant is published, so the same batch again reuses everything."""
+    run once, and a program's prefixes come together (its sources' chains are then in
+    few chunks, though the sweep varies the shapes outside the programs); every variant
+    is published, so the same batch again reuses everything."""
     from accy.distributed import batch
 
     c, client = cluster
@@ -529,18 +532,21 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
 
     grains: list[int] = []
     wholes: list[int] = []
+    programs: list[str] = []
 
     def counted(client, todo, store_url, fresh, collector, grain, whole=0):  # type: ignore[no-untyped-def]
         chunks.append(len(todo))
         grains.append(grain)
         wholes.append(whole)
+        programs.extend(os.path.basename(v.program) for v, _, _ in todo)
         return real(client, todo, store_url, fresh, collector, grain, whole)
 
     monkeypatch.setattr(batch, "_submit", counted)
     monkeypatch.setattr(batch, "CHUNKED_ABOVE", 8)  # 24 variants: chunked here
-    variants = [Variant(str(GRAPHS / "softmax.mlir"), "host", {0: (r, 256)},
-                        {"kernel.block_size": b})
-                for r in range(8, 8 + 8 * 12, 8) for b in (64, 128)]  # 12 prefixes of 2
+    variants = [Variant(str(GRAPHS / prog), "host", {0: (r, cols)}, {"kernel.block_size": b})
+                for r in range(8, 8 + 8 * 6, 8)
+                for prog, cols in (("softmax.mlir", 256), ("layernorm.mlir", 4096))
+                for b in (64, 128)]  # 12 prefixes of 2, the programs alternating
     result = run_batch(client, variants, store_url=str(tmp_path / "store"))
     assert len(chunks) >= 2 and sum(chunks) == len(variants)
     assert all(n % 2 == 0 for n in chunks)  # a prefix's two variants never apart
@@ -549,7 +555,11 @@ def test_a_large_batch_is_submitted_in_growing_chunks_and_each_variant_lands(clu
     full = max(grains)
     assert len(chunks) >= 3 and grains[0] == grains[-1] == max(1, full // 2) < full
     assert set(grains[1:-1]) == {full}
-    assert set(wholes) == {0}  # a chunked batch keeps groups of the grain
+    assert programs == ["softmax.mlir"] * 12 + ["layernorm.mlir"] * 12  # a program's together
+    # each chunk keeps its alike chains whole up to a bound of its own size, at least its
+    # grain
+    threads = batch._worker_threads(client)
+    assert wholes == [max(g, graph.whole_group(n, threads)) for n, g in zip(chunks, grains)]
     assert [o.id for o in result.outcomes] == [v.id for v in variants]
     assert all(o.status == "ok" for o in result.outcomes)
     for o in result.outcomes[::2]:  # the contract … memory run, once a prefix
