@@ -89,9 +89,8 @@ host's NVRTC speed, not accy's."""
 def host_facts() -> dict[str, Any]:
     """Where the compile ran: NVRTC's version, the CPU model and the cores this
     process may use."""
-    from accy.distributed.batch import available_cores
     from accy.executable.device import nvrtc_version
-    from accy.tune.timing import cpu_model
+    from accy.host import available_cores, cpu_model
 
     major, minor = nvrtc_version()
     return {"nvrtc": f"{major}.{minor}", "cpu": cpu_model(), "cores": available_cores()}

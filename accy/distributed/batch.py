@@ -424,8 +424,9 @@ def submission_chunks(todo: Sequence[Any], first: int, prefix: Callable[[Any], A
     first: a sweep that varies the shapes outside the options (every program at one
     row count, then at the next) then has each source's variants in one chunk, where a
     compile group can hold them whole (:func:`whole_group`), instead of a chunk for each
-    row count, each compiling the source again (480 variants of 20 prefixes on 8
-    workers: 81 kernels compiled instead of 156). Where every variant is a prefix of its
+    row count, each compiling the source again (480 variants of 20 prefixes: 94–106
+    kernels compiled instead of 112–180 on 8 workers, 120–122 instead of 172–176 on 15;
+    RESULTS.md, batch, twenty-third session). Where every variant is a prefix of its
     own, a source is a whole program, far more than a group: brought together, its
     chains would fill the first chunk's groups, each compiling it at once (7 NVRTC
     programs instead of 2 for 480 distinct variants on 2 workers), so the order stays.
