@@ -169,8 +169,35 @@ def _items(vs: list[Any]) -> list[Any]:
 
 
 def cold_workers(client: Any) -> None:
-    """Every worker's binary memo emptied before a measured accy pass."""
+    """Every worker's binary memo emptied before a measured accy pass, and its count of
+    NVRTC programs (:func:`count_compiles`) started again."""
     client.run(forget_binaries)
+    client.run(count_compiles)
+
+
+def count_compiles() -> None:
+    """From now on, in this process, count the NVRTC programs compiled and the kernels
+    they hold (``accy.executable.device._nvrtc`` wrapped once; read by
+    :func:`compiles_counted`): how many times a batch compiled its sources."""
+    import accy.executable.device as dev
+
+    if not hasattr(dev, "_bench_counts"):
+        real = dev._nvrtc
+
+        def counted(source: str, name: str, opts: Any) -> Any:
+            dev._bench_counts[0] += 1  # type: ignore[attr-defined]
+            dev._bench_counts[1] += source.count('extern "C" __global__')  # type: ignore[attr-defined]
+            return real(source, name, opts)
+
+        dev._nvrtc = counted
+    dev._bench_counts = [0, 0]  # type: ignore[attr-defined]
+
+
+def compiles_counted() -> list[int]:
+    """NVRTC programs and kernels this process compiled since :func:`count_compiles`."""
+    import accy.executable.device as dev
+
+    return list(getattr(dev, "_bench_counts", [0, 0]))
 
 
 POOL_GC = [False]
@@ -301,9 +328,9 @@ STREAM = [False]
 
 def metered_batch(client: Any, cluster: Any, vs: list[Any], store: str) \
         -> tuple[Any, dict[str, Any]]:
-    """One accy batch and the CPU it took (:class:`CpuMeter`'s figures), with
-    ``--stream`` also the figures of its task stream (:func:`stream_figures`) under
-    ``"task_stream"``."""
+    """One accy batch and the CPU it took (:class:`CpuMeter`'s figures), the NVRTC
+    programs and kernels its workers compiled (``"nvrtc"``), with ``--stream`` also the
+    figures of its task stream (:func:`stream_figures`) under ``"task_stream"``."""
     import contextlib
 
     from distributed import get_task_stream
@@ -317,6 +344,9 @@ def metered_batch(client: Any, cluster: Any, vs: list[Any], store: str) \
         result = run_batch(client, vs, store_url=store)
         t1 = time.time()
     figures = dict(meter.figures)
+    counts = client.run(compiles_counted).values()
+    figures["nvrtc"] = {"programs": sum(c[0] for c in counts),
+                        "kernels": sum(c[1] for c in counts)}
     if ts is not None:
         workers = len(client.scheduler_info().get("workers", {}))
         figures["task_stream"] = stream_figures(ts.data, t0, t1, workers)

@@ -43,3 +43,18 @@ def test_the_warm_up_renders_every_source_the_measured_sets_render(batch):
     measured = batch.distinct_variants(480, "cuda", first_rows=8 + 8000) \
         + batch.shared_variants(480, "cuda", first_rows=16 + 8000)
     assert not warm_rows & {shape[0] for v in measured for shape in v.shapes.values()}
+
+
+def test_the_compile_count_sees_each_nvrtc_program_and_its_kernels(batch):
+    from accy.executable.device import compile_cuda, compile_cuda_parts
+
+    k = 'extern "C" __global__ void {}(float* x) {{ x[0] = {}; }}\n'
+    batch.count_compiles()
+    compile_cuda(k.format("a", 1), "sm_90")
+    assert batch.compiles_counted() == [1, 1]
+    compile_cuda_parts("", [k.format("b", 2), k.format("c", 3)], "sm_90")  # a program each
+    compile_cuda(k.format("d", 4) + k.format("e", 5), "sm_90")  # one program, two kernels
+    assert batch.compiles_counted() == [4, 5]
+    batch.count_compiles()  # from zero again, the wrapper not wrapped twice
+    compile_cuda(k.format("f", 6), "sm_90")
+    assert batch.compiles_counted() == [1, 1]
