@@ -234,3 +234,16 @@ def test_the_mlp_block_in_bf16_packs_its_epilogue_pairs() -> None:
     assert text.count("= make_uint2(accy_pack_bf2(") == 1
     assert text.count("= accy_pack_bf2(") == 1
     assert "accy_f2bf(accv" not in text
+
+
+@needs_cxx
+@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias-relu"])
+def test_a_warpgroup_tile_of_two_slices_writes_both(epilogue: bool) -> None:
+    """256 rows a block: each consumer warpgroup holds two 64-row slices (two sets of
+    accumulator registers), each stored at its own rows."""
+    sm = matmul(256, 256, 64, "f16", (), epilogue)
+    job = target_job(sm, {}, ("kernel.wgmma_tile_m=256",))
+    assert job.module.attributes["target.source"].value.count(".reg .f32 accy_d1_<") == 1
+    got, want = run_epilogue(sm, HOPPER, ("kernel.wgmma_tile_m=256",), "f16")
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
