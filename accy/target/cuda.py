@@ -1349,7 +1349,7 @@ def _wgmma_registers(acc: str, n_acc: int) -> str:
     (before any branch, so the declaration precedes every use in the PTX); a name
     without ``%`` is a plain PTX identifier. Not zeroed: the first k-step's wgmma
     writes them without adding (:func:`_wgmma_call`; a wgmma plan has K ≥ 64), and 128
-    moves a thread cost the unit's compile 5 % (RESULTS.md, Kernels, twenty-third
+    moves a thread cost the unit's compile 5–10 % (RESULTS.md, Kernels, twenty-third
     session)."""
     return f'asm volatile(".reg .f32 {acc}<{n_acc}>;");'
 
@@ -1360,9 +1360,10 @@ def _wgmma_stores(acc: str, n_acc: int, pointer: str, row_bytes: int, store: str
     ``4j + h``, ``4j + h + 1`` (h = 0, 2) at byte offset ``(h / 2)·8·row_bytes +
     j·8·size`` from ``pointer`` (the pair's element of j = h = 0), ``store`` the
     instruction — ``"global.bf16"`` / ``"global.f16"`` (rounded and packed to one word),
-    ``"shared.f32"`` (a float pair). Only for an epilogue that stores the matmul's own
-    value: C moves of the 128 accumulators and a 64-bit address a pair were half the
-    plain wgmma unit's compile time (RESULTS.md, Kernels, twenty-third session)."""
+    ``"shared.f32"`` (a float pair). For the matmul's own value only — the kernel's one
+    output, or a heavy epilogue's staged tile (:func:`emit_wgmma`): C moves of the 128
+    accumulators and a 64-bit address a pair were half the plain wgmma unit's compile
+    time (RESULTS.md, Kernels, twenty-third session)."""
     space, kind = store.split(".")
     size = 4 if kind == "f32" else 2
     out = []
