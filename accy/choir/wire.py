@@ -126,6 +126,13 @@ class _Encoder:
         raise TypeError(f"cannot encode type {t!r}")
 
     def attr(self, a: Attribute) -> Any:
+        cls = type(a)  # the commonest three first, by exact class (then the chain below)
+        if cls is DenseArrayAttr:
+            return [6, a.element.name, list(a.values)]  # type: ignore[attr-defined]
+        if cls is StringAttr:
+            return [2, a.value]  # type: ignore[attr-defined]
+        if cls is IntegerAttr:
+            return [0, a.value, a.type.name]  # type: ignore[attr-defined]
         if isinstance(a, IntegerAttr):
             return [0, a.value, a.type.name]
         if isinstance(a, FloatAttr):
@@ -153,18 +160,19 @@ class _Encoder:
         raise TypeError(f"cannot encode attribute {a!r}")
 
     def attrs(self, d: dict[str, Attribute]) -> Any:
+        if not d:  # most ops have no attributes or no properties
+            return []
         return [[k, self.attr(d[k])] for k in sorted(d)]
 
-    def value(self, v: Value) -> int:
+    def op(self, op: Operation) -> Any:
+        if self.located:  # before its regions: the decoder creates the op first
+            self.loc(op.loc)
+        ids = self.ids
         try:
-            return self.ids[v]
+            operands = [ids[v] for v in op.operands]
         except KeyError:
             raise WireFormatError("operand refers to a value not defined before its use") \
                 from None
-
-    def op(self, op: Operation) -> Any:
-        self.loc(op.loc)  # before its regions: the decoder creates the op first
-        operands = [self.value(v) for v in op.operands]
         for r in op.results:
             self.ids[r] = len(self.ids)
         return [op.op_name, operands, [self.type(r.type) for r in op.results],
