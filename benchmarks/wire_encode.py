@@ -24,9 +24,11 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from accy.pipeline import PREPARATION_NAMES  # noqa: E402
+
 PROGRAMS = [("graphs/softmax.mlir", {0: (64, 1024)}), ("graphs/layernorm.mlir", {0: (64, 4096)}),
             ("graphs/mlp.mlir", {0: (256, 256)})]
-STAGES = ("contract", "tensor", "dispatch", "memory", "kernel", "target")
+STAGES = PREPARATION_NAMES
 
 
 def products() -> list[Any]:

@@ -126,27 +126,21 @@ class _Encoder:
         raise TypeError(f"cannot encode type {t!r}")
 
     def attr(self, a: Attribute) -> Any:
-        cls = type(a)  # the commonest three first, by exact class (then the chain below)
-        if cls is DenseArrayAttr:
-            return [6, a.element.name, list(a.values)]  # type: ignore[attr-defined]
-        if cls is StringAttr:
-            return [2, a.value]  # type: ignore[attr-defined]
-        if cls is IntegerAttr:
-            return [0, a.value, a.type.name]  # type: ignore[attr-defined]
+        # the commonest kinds first (dense arrays, strings, integers: most of a product's)
+        if isinstance(a, DenseArrayAttr):
+            return [6, a.element.name, list(a.values)]
+        if isinstance(a, StringAttr):
+            return [2, a.value]
         if isinstance(a, IntegerAttr):
             return [0, a.value, a.type.name]
         if isinstance(a, FloatAttr):
             return [1, a.value, a.type.name]
-        if isinstance(a, StringAttr):
-            return [2, a.value]
         if isinstance(a, BoolAttr):
             return [3, a.value]
         if isinstance(a, UnitAttr):
             return [4]
         if isinstance(a, TypeAttr):
             return [5, self.type(a.type)]
-        if isinstance(a, DenseArrayAttr):
-            return [6, a.element.name, list(a.values)]
         if isinstance(a, DenseElementsAttr):  # a splat's one value, never its full shape
             arr = a.data.astype(np.uint8) if a.type.element.name == "i1" else a.data
             return [7, self.type(a.type), a.splat,

@@ -384,12 +384,12 @@ def _run_batch(client: Any, variants: Sequence[Variant], store_url: str | None,
                            time.perf_counter() - t0, 0, _Collector(client, 0, store_url).version)
     # each chunk keeps its likenesses whole up to a bound of its own size, at least its
     # grain (a first chunk has a group of the grain for every thread)
-    rounds = [(c, g, max(g, whole_group(len(c), threads))) for c, g in zip(chunks, grains)]
+    (chunk, first_grain, whole), *rounds = [(c, g, max(g, whole_group(len(c), threads)))
+                                            for c, g in zip(chunks, grains)]
     del chunks
-    collector, part = _submit(client, rounds[0][0], store_url, fresh, None, rounds[0][1],
-                              rounds[0][2])
-    submitter = _Submitter(client, rounds[1:], store_url, fresh, collector)
-    del rounds
+    collector, part = _submit(client, chunk, store_url, fresh, None, first_grain, whole)
+    submitter = _Submitter(client, rounds, store_url, fresh, collector)
+    del chunk, rounds
     submitted = _collect(collector, part, finish, submitter)
     ordered = [outcomes[v.id] for v in variants if v.id in outcomes]
     return BatchResult(ordered, time.perf_counter() - t0, len(submitted), collector.version)
@@ -596,8 +596,7 @@ class _Submitter:
     each. :meth:`stop` makes it submit nothing more."""
 
     def __init__(self, client: Any, chunks: list[tuple[list[Any], int, int]],
-                 store_url: str | None,
-                 fresh: bool, collector: _Collector) -> None:
+                 store_url: str | None, fresh: bool, collector: _Collector) -> None:
         import queue
         import threading
 

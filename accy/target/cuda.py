@@ -901,10 +901,14 @@ def _int_offsets(k: KernelFuncOp) -> bool:
     return all(math.prod(shape_of(v)) < 2 ** 31 for v in values)
 
 
+def _only_output(k: KernelFuncOp, mm: Operation) -> bool:
+    """The kernel's one output is the matmul's own value (no epilogue)."""
+    return list(k.body.terminator.operands) == [mm.results[0]]  # type: ignore[union-attr]
+
+
 def _plain_store(k: KernelFuncOp, mm: Operation) -> bool:
-    """The kernel's one output is the matmul's own value (no epilogue): float4 stores."""
-    yields = list(k.body.terminator.operands)  # type: ignore[union-attr]
-    return yields == [mm.results[0]] and elem_of(mm.results[0]) == "f32"
+    """The kernel's one output is the matmul's own f32 value: float4 stores."""
+    return _only_output(k, mm) and elem_of(mm.results[0]) == "f32"
 
 
 def emit_ffma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
@@ -1537,11 +1541,13 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
               f"\"r\"(bars + 8 * ({st} + (kt - 1) % {st})) : \"memory\");",
               "    }",
               "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");"]
+    def rows(mt: int | str) -> str:  # warp wq of the consumer: rows 16·wq … of slice mt
+        return f"(cw * {per} + {mt}) * 64 + wq * 16"
+
     def row(mt: int) -> str:  # a thread's first row of slice mt in the block tile
-        return f"(cw * {per} + {mt}) * 64 + wq * 16 + (lane >> 2)"
+        return f"{rows(mt)} + (lane >> 2)"
 
     pitch = tn + WGMMA_STAGED_PAD
-    value = mm.results[0]
     if _heavy_epilogue(k) and tm * pitch * 4 <= st * stage:
         # staged: every consumer's tile to the (drained) stage buffers, then one loop
         # over it, four adjacent columns an iteration
@@ -1561,8 +1567,9 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
                   *("      " + x for x in _lane_epilogue(k, b, mm, outs, tuple(bnames),
                                                           ["q.x", "q.y", "q.z", "q.w"], el)),
                   "    }"]
-    elif list(k.body.terminator.operands) == [value]:  # type: ignore[union-attr]
+    elif _only_output(k, mm):
         # the matmul's own value, its only output: rounded and stored from the registers
+        value = mm.results[0]
         shape = shape_of(value)
         for mt in range(per):
             at = b.offset(shape, tuple(bnames) + (f"(long long)(m0 + {row(mt)})",
@@ -1577,9 +1584,7 @@ def emit_wgmma(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         lines.append(f"    float d[{per}][{n_acc}];")
         for mt in range(per):
             lines += ["    " + x for x in _wgmma_results(acc[mt], n_acc, f"d[{mt}]")]
-        # warp wq of the consumer holds rows 16·wq … of its 64-row slices
-        lines += _fragment_epilogue([("mt", per), ("j", tn // 8)],
-                                    f"(cw * {per} + mt) * 64 + wq * 16", "j * 8",
+        lines += _fragment_epilogue([("mt", per), ("j", tn // 8)], rows("mt"), "j * 8",
                                     lambda h: f"d[mt][4 * j + {h}]",
                                     lambda raw: _lane_epilogue(k, b, mm, outs, tuple(bnames),
                                                                raw, el), "    ")
