@@ -189,6 +189,12 @@ class KernelOptions:
     row kernel whose row takes a whole block)."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
+    vectors_per_thread: int = 0
+    """Vectors a thread of an elementwise (``grid-stride``) kernel loads, all before it
+    computes any, at each step of its loop (1, 2 or 4; the grid then has about that
+    many fewer blocks). 0 picks: 2 where the grid would have more than
+    ``MIN_GRID_BLOCKS`` blocks of a vector a thread, else 1
+    (:func:`accy.preparation.passes.kernel.elementwise_grid`)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
     column_split: int = 0
@@ -319,6 +325,9 @@ class KernelOptions:
     def _check_rows(self) -> None:
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
+        if self.vectors_per_thread not in (0, 1, 2, 4):
+            raise OptionError(f"kernel.vectors_per_thread must be 0 (picked), 1, 2 or 4, "
+                              f"got {self.vectors_per_thread}")
         if self.rows_per_block < 0:
             raise OptionError("kernel.rows_per_block must be >= 0")
         if self.column_split not in (0, 1, 2, 4, 8):

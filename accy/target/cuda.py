@@ -495,54 +495,70 @@ class _Vectorizer:
 
 
 def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
+    """A ``grid-stride`` kernel: each step of a thread's loop takes ``items`` vectors a
+    grid's threads apart, loads them all, then computes and stores each (a vector past
+    the end is loaded at the last one and not stored)."""
     ins, outs, params = _params(k)
     plan = k.plan
-    shape = plan.iteration
     vec = plan.vector_width
-    scope = Scope([])
-    vz = _Vectorizer([], vec, [scope])
+    vz = _Vectorizer([], vec, [Scope([])])
     b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, load_hook=vz, fast_math=fast_math)
     b.stored_unrounded = stored_only(k.body.terminator)
     vz.b.append(b)
     vz.args = list(k.body.args)
-    pre, names = decompose("i", shape, "d") if shape else ([], ())
-    body: list[str] = []
-    yields = k.body.terminator.operands  # type: ignore[union-attr]
-    if vec > 1:
-        idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",)
-    else:
-        idx = tuple(names)
     # two adjacent half lanes a word where the plan packs ops (accy.target.packed)
     pairs = PairBuilder(b, list(k.body.ops), plan.packed_ops, vz.word) \
         if vec > 1 and plan.packed_ops else None
-    for oi, v in enumerate(yields):
-        el = elem_of(v)
-        if pairs is not None and el != "f32":
-            body.append(half_store_words(f"{outs[oi]} + i", [
-                pairs.store_word(v, idx, scope, w) for w in range(vec // 2)]))
-            continue
-        lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
-        if vec > 1 and el != "f32":
-            body.append(half_store(f"{outs[oi]} + i", lanes, el))
-        elif vec > 1:
-            body.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + i) = "
-                        f"make_float{vec}({', '.join(lanes)});")
+    items = max(1, plan.items)
+    loads: list[str] = []
+    steps: list[str] = []
+    for part in range(items):
+        linear = "i" if part == 0 else f"i{part}"
+        if part == 0:
+            loads.append(f"const long long i = g * {vec};")
         else:
-            body.append(f"{outs[oi]}[i] = {store_convert(lanes[0], el)};")
+            loads += [f"const long long g{part} = g + {'s' if part == 1 else f'{part} * s'};",
+                      f"const long long {linear} = (g{part} < n ? g{part} : n - 1) * {vec};"]
+        vz.scope_ref[0] = Scope([])  # the part's vector loads, ahead of every part's math
+        scope = Scope([])
+        pre, names = decompose(linear, plan.iteration, "d" if part == 0 else f"p{part}d") \
+            if plan.iteration else ([], ())
+        idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",) if vec > 1 else tuple(names)
+        stores = [_elementwise_store(b, pairs, v, outs[oi], linear, idx, scope, vec)
+                  for oi, v in enumerate(k.body.terminator.operands)]  # type: ignore[union-attr]
+        loads += pre + vz.scope_ref[0].lines
+        steps += scope.lines
+        steps += stores if part == 0 else [f"if (g{part} < n) {{", *("  " + x for x in stores),
+                                           "}"]
     text = "\n".join([
         f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
         f"{k.sym_name}({', '.join(params)}) {{",
         "  const long long n = accy_n;",
+        *(["  const long long s = (long long)gridDim.x * blockDim.x;"] if items > 1 else []),
         "  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
-        " g += (long long)gridDim.x * blockDim.x) {",
-        f"    const long long i = g * {vec};",
-        *("    " + line for line in pre),
-        *("    " + line for line in scope.lines),
-        *("    " + line for line in body),
+        f" g += {'s * ' + str(items) if items > 1 else '(long long)gridDim.x * blockDim.x'}) {{",
+        *("    " + line for line in loads + steps),
         "  }",
         "}",
     ])
     return text, b.tables
+
+
+def _elementwise_store(b: ExprBuilder, pairs: PairBuilder | None, v: Value, out: str,
+                       linear: str, idx: tuple[str, ...], scope: Scope, vec: int) -> str:
+    """The statement storing ``v``'s ``vec`` lanes at ``idx`` (element ``linear`` of
+    output ``out``)."""
+    el = elem_of(v)
+    at = f"{out} + {linear}"
+    if pairs is not None and el != "f32":
+        return half_store_words(at, [pairs.store_word(v, idx, scope, w)
+                                     for w in range(vec // 2)])
+    lanes = [b.expr(v, idx, scope, lane) for lane in range(vec)]
+    if vec > 1 and el != "f32":
+        return half_store(at, lanes, el)
+    if vec > 1:
+        return f"*reinterpret_cast<float{vec}*>({at}) = make_float{vec}({', '.join(lanes)});"
+    return f"{out}[{linear}] = {store_convert(lanes[0], el)};"
 
 
 def _shuffle_tree(kind: str, acc: str, ct: str) -> str:

@@ -26,6 +26,9 @@ import tempfile
 
 import numpy as np
 
+from accy.dialects.memory import BufferSpec
+from accy.numerics import bf16_bits
+from accy.reference import run_reference
 from accy.target.cuda import (
     erfc_half_helper,
     erfc_helper,
@@ -216,3 +219,67 @@ extern "C" void accy_run(void** b, int threads) {{
         lib = ctypes.CDLL(so)
         ptrs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
         lib.accy_run(ptrs, threads)
+
+
+STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i64": np.int64}
+"""The kernels' storage type of each float element type (bf16: its bit patterns)."""
+
+
+def run_job(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """Every launch of a target-stage job's table on the CPU over its buffers (f32, f16
+    or bf16; arena views included, the arena and the results NaN before), in order; the
+    results (bf16 as float32)."""
+    attrs = job.module.attributes
+    specs = [BufferSpec.from_attr(a) for a in attrs["target.buffers"].values]
+    arena = np.full(max(1, attrs["target.arena_bytes"].value // 4 + 1), np.nan,
+                    np.float32).view(np.uint8)
+    by_id = {s.id: s for s in specs}
+    arrays: dict[int, np.ndarray] = {}
+    results: dict[int, np.ndarray] = {}
+
+    def array(i: int) -> np.ndarray:
+        if i in arrays:
+            return arrays[i]
+        s = by_id[i]
+        dtype = STORAGE[s.dtype]
+        n = s.bytes // np.dtype(dtype).itemsize
+        if s.kind == "arg":
+            x = np.asarray(inputs[s.index])
+            a = (bf16_bits(x) if s.dtype == "bf16" else x.astype(dtype)).reshape(-1)
+        elif s.kind == "arena":
+            a = arena[s.offset:s.offset + s.bytes].view(dtype)
+        elif s.kind == "alias":
+            a = array(s.alias_of)[:n]
+        else:
+            a = array(s.inplace_of)[:n] if s.inplace_of >= 0 else \
+                np.full(n, 0x7fc0, np.uint16) if s.dtype == "bf16" else \
+                np.full(n, -1, dtype) if np.issubdtype(dtype, np.integer) else \
+                np.full(n, np.nan, dtype)
+            results[s.index] = a.reshape(s.shape)
+        assert a.flags.c_contiguous
+        arrays[i] = a
+        return a
+
+    for s in specs:
+        array(s.id)
+    text = attrs["target.source"].value
+    for launch in attrs["target.launches"].values:
+        e = dict(launch.entries)
+        assert tuple(e["block"].values)[1:] == (1, 1)
+        run(text, e["kernel"].value, tuple(e["grid"].values), e["block"].values[0],
+            [array(i) for i in e["buffers"].values], scalars=tuple(e["scalars"].values))
+    return [(results[i].astype(np.uint32) << 16).view(np.float32)
+            if results[i].dtype == np.uint16 else results[i] for i in sorted(results)]
+
+
+def job_error(job, sm, inputs: list[np.ndarray]) -> float:  # type: ignore[no-untyped-def]
+    """The largest ``|got − reference| / max(1, max |reference|)`` over the results of
+    :func:`run_job` (none may be NaN) against the reference interpreter's."""
+    got = run_job(job, inputs)
+    want = run_reference(sm.module, inputs)
+    err = 0.0
+    for g, w in zip(got, want, strict=True):
+        w = np.asarray(w, np.float64)
+        assert g.shape == w.shape and not np.isnan(g.astype(np.float64)).any()
+        err = max(err, float(np.max(np.abs(g - w)) / max(1.0, float(np.max(np.abs(w))))))
+    return err

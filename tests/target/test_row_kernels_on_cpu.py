@@ -22,12 +22,10 @@ from stage_programs import graph, with_element  # noqa: E402
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.dialects.memory import BufferSpec  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
-from accy.numerics import bf16_bits  # noqa: E402
 from accy.pipeline import prepare_through  # noqa: E402
 from accy.preparation.options import RunOptions  # noqa: E402
 from accy.preparation.passes.kernel import column_split  # noqa: E402
 from accy.preparation.products import SemanticModule  # noqa: E402
-from accy.reference import run_reference  # noqa: E402
 
 CUDA = "cuda:sm_90"
 needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C++20)")
@@ -54,69 +52,6 @@ def global_reads(body: str, param: str = "in0") -> int:
     return len(re.findall(rf"\b{param}\[|\b{param} \+", body))
 
 
-STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i64": np.int64}
-"""The kernels' storage type of each float element type (bf16: its bit patterns)."""
-
-
-def run_on_cpu(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    """Every launch of the job's table on the CPU over its buffers (f32, f16 or bf16;
-    arena views included, the arena and the results NaN before), in order; the results
-    (bf16 as float32)."""
-    attrs = job.module.attributes
-    specs = [BufferSpec.from_attr(a) for a in attrs["target.buffers"].values]
-    arena = np.full(max(1, attrs["target.arena_bytes"].value // 4 + 1), np.nan,
-                    np.float32).view(np.uint8)
-    by_id = {s.id: s for s in specs}
-    arrays: dict[int, np.ndarray] = {}
-    results: dict[int, np.ndarray] = {}
-
-    def array(i: int) -> np.ndarray:
-        if i in arrays:
-            return arrays[i]
-        s = by_id[i]
-        dtype = STORAGE[s.dtype]
-        n = s.bytes // np.dtype(dtype).itemsize
-        if s.kind == "arg":
-            x = np.asarray(inputs[s.index])
-            a = (bf16_bits(x) if s.dtype == "bf16" else x.astype(dtype)).reshape(-1)
-        elif s.kind == "arena":
-            a = arena[s.offset:s.offset + s.bytes].view(dtype)
-        elif s.kind == "alias":
-            a = array(s.alias_of)[:n]
-        else:
-            a = array(s.inplace_of)[:n] if s.inplace_of >= 0 else \
-                np.full(n, 0x7fc0, np.uint16) if s.dtype == "bf16" else \
-                np.full(n, -1, dtype) if np.issubdtype(dtype, np.integer) else \
-                np.full(n, np.nan, dtype)
-            results[s.index] = a.reshape(s.shape)
-        assert a.flags.c_contiguous
-        arrays[i] = a
-        return a
-
-    for s in specs:
-        array(s.id)
-    text = source(job)
-    for launch in attrs["target.launches"].values:
-        e = dict(launch.entries)
-        assert tuple(e["block"].values)[1:] == (1, 1)
-        cuda_on_cpu.run(text, e["kernel"].value, tuple(e["grid"].values), e["block"].values[0],
-                        [array(i) for i in e["buffers"].values],
-                        scalars=tuple(e["scalars"].values))
-    return [(results[i].astype(np.uint32) << 16).view(np.float32)
-            if results[i].dtype == np.uint16 else results[i] for i in sorted(results)]
-
-
-def max_error(job, sm, inputs: list[np.ndarray]) -> float:  # type: ignore[no-untyped-def]
-    got = run_on_cpu(job, inputs)
-    want = run_reference(sm.module, inputs)
-    err = 0.0
-    for g, w in zip(got, want, strict=True):
-        w = np.asarray(w, np.float64)
-        assert g.shape == w.shape and not np.isnan(g.astype(np.float64)).any()
-        err = max(err, float(np.max(np.abs(g - w)) / max(1.0, float(np.max(np.abs(w))))))
-    return err
-
-
 # ------------------------------------------------------ softmax over axis 0
 
 
@@ -137,7 +72,7 @@ def test_a_column_softmax_reads_each_column_once(cols: int) -> None:
 def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
     sm = graph("softmax_axis0")
     x = np.random.default_rng(0).standard_normal((64, 16384 + 77)).astype(np.float32) * 4
-    assert max_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
+    assert cuda_on_cpu.job_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
 
 
 @needs_cxx
@@ -159,7 +94,7 @@ def test_a_column_softmax_split_over_threads_matches_the_reference_on_the_cpu(
     assert k.plan.cached_inputs == ((0,) if k.plan.items <= 64 else ())  # 67 alone: read again
     (body,) = kernel_bodies(job).values()
     assert ("__syncthreads();" in body) == (threads > 1)
-    assert max_error(job, sm, [x]) <= (1e-5 if element == "f32" else TOLERANCE[element])
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= (1e-5 if element == "f32" else TOLERANCE[element])
 
 
 @needs_cxx
@@ -173,7 +108,7 @@ def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> 
     split_kernels = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)
                      and k.plan.mapping == "thread-per-row"]
     assert split_kernels and all(k.plan.rows_per_block == 256 // split for k in split_kernels)
-    assert max_error(job, sm, [x]) <= TOLERANCE["f32"]
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE["f32"]
 
 
 def i64_sum(shape: tuple[int, int], axis: int) -> SemanticModule:
@@ -203,7 +138,7 @@ def test_i64_row_sums_cross_shared_memory_exactly(shape: tuple[int, int], axis: 
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.mapping == mapping
     assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
-    (got,) = run_on_cpu(job, [x])
+    (got,) = cuda_on_cpu.run_job(job, [x])
     assert np.array_equal(got, x.sum(axis=axis))
 
 
@@ -229,7 +164,7 @@ def test_a_chained_half_row_on_128_threads_matches_the_reference_on_the_cpu(
     job = cuda_job(sm, {i: x.shape for i, x in enumerate(inputs)})
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.block == (128, 1, 1) and k.plan.cached_inputs == (0,)
-    assert max_error(job, sm, inputs) <= TOLERANCE[element]
+    assert cuda_on_cpu.job_error(job, sm, inputs) <= TOLERANCE[element]
 
 
 # ------------------------------------------- reductions over one or both axes
@@ -331,7 +266,7 @@ def test_reductions_match_the_reference_on_the_cpu(element: str, shape: tuple[in
     job = cuda_job(sm)
     assert not any(not any(op.op_name == "prim.reduce" for op in k.body.ops)
                    for k in job.module.body.ops if isinstance(k, KernelFuncOp))
-    assert max_error(job, sm, [x]) <= TOLERANCE[element]
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
 
 
 # ------------------------------------------------------ row counts as launch scalars
@@ -353,7 +288,7 @@ def test_one_source_serves_every_row_count(name: str, cols: int, opts: tuple[str
         inputs = [rng.standard_normal(s.shape).astype(np.float32)
                   for s in (BufferSpec.from_attr(a) for a in
                             j.module.attributes["target.buffers"].values) if s.kind == "arg"]
-        assert max_error(j, sm, inputs) < 1e-5, rows
+        assert cuda_on_cpu.job_error(j, sm, inputs) < 1e-5, rows
 
 
 # ------------------------------------------------------ half elementwise kernels
@@ -384,7 +319,7 @@ def test_elementwise_kernels_match_the_reference_on_the_cpu(element: str, rows: 
     b = rng.standard_normal(4096).astype(np.float32)
     if element == "f16":
         x, b = x.astype(np.float16), b.astype(np.float16)
-    assert max_error(job, sm, [x, b]) < (1e-5 if element == "f32" else 1e-2)
+    assert cuda_on_cpu.job_error(job, sm, [x, b]) < (1e-5 if element == "f32" else 1e-2)
 
 
 # ------------------------------------------------------ the picked launch geometry
@@ -408,7 +343,7 @@ def test_the_picked_row_blocks_match_the_reference_on_the_cpu(
     inputs = [rng.standard_normal(s.shape).astype(np.float32)
               for s in (BufferSpec.from_attr(a) for a in
                         job.module.attributes["target.buffers"].values) if s.kind == "arg"]
-    assert max_error(job, sm, inputs) <= TOLERANCE[element]
+    assert cuda_on_cpu.job_error(job, sm, inputs) <= TOLERANCE[element]
 
 
 @needs_cxx
@@ -420,4 +355,4 @@ def test_an_elementwise_grid_of_two_vectors_a_thread_covers_a_ragged_tail() -> N
     (launch,) = job.module.attributes["target.launches"].values
     assert tuple(dict(launch.entries)["grid"].values) == (4096, 1, 1)
     x = np.random.default_rng(8).standard_normal((1100, 4096)).astype(np.float32)
-    assert max_error(job, sm, [x]) < 1e-5
+    assert cuda_on_cpu.job_error(job, sm, [x]) < 1e-5
