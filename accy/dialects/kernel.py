@@ -73,7 +73,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, raster)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, min_blocks, raster)
     """
 
     kind: str
@@ -152,6 +152,9 @@ class KernelPlan:
     rounded does; the kernel's other ops run in f32 a lane at a time."""
     unroll: int = 0
     """``ffma-tiled``: k steps of a shared stage unrolled together (0: all of them)."""
+    min_blocks: int = 0
+    """``grid-stride`` and row kernels: the blocks an SM must hold at once, the second
+    number of the kernel's ``__launch_bounds__`` (a cap on its registers); 0: none."""
     raster: int = 1
     """``wgmma-tiled``: rows of tiles that consecutive blocks sweep together before moving
     along N (block ``b`` of the grid's x·y, in launch order, is tile row ``g·raster + b %

@@ -195,6 +195,13 @@ class KernelOptions:
     many fewer blocks). 0 picks: 2 where the grid would have more than
     ``MIN_GRID_BLOCKS`` blocks of a vector a thread, else 1
     (:func:`accy.preparation.passes.kernel.elementwise_grid`)."""
+    max_registers: int = 0
+    """Registers a thread of an elementwise or row kernel may take: its
+    ``__launch_bounds__`` asks for ``65536 / (threads · max_registers)`` blocks an SM
+    (32 to 255; 255: no cap). 0 picks: 32, a full SM of 2048 threads, where the
+    kernel holds few values (an f32 elementwise kernel, a row kernel holding at most
+    8 registers of its row), else no cap
+    (:func:`accy.preparation.passes.kernel.min_blocks`)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
     column_split: int = 0
@@ -328,6 +335,9 @@ class KernelOptions:
         if self.vectors_per_thread not in (0, 1, 2, 4):
             raise OptionError(f"kernel.vectors_per_thread must be 0 (picked), 1, 2 or 4, "
                               f"got {self.vectors_per_thread}")
+        if self.max_registers and not 32 <= self.max_registers <= 255:
+            raise OptionError(f"kernel.max_registers must be 0 (picked) or 32 to 255, got "
+                              f"{self.max_registers}")
         if self.rows_per_block < 0:
             raise OptionError("kernel.rows_per_block must be >= 0")
         if self.column_split not in (0, 1, 2, 4, 8):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accy.choir.ir import Operation, Value
-from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp
+from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelPlan
 from accy.target.attention import emit_attention_cuda
 from accy.target.common import (
     COMPUTE,
@@ -494,6 +494,13 @@ class _Vectorizer:
         return self.loaded[key]
 
 
+def launch_bounds(plan: KernelPlan) -> str:
+    """An elementwise or row kernel's ``__launch_bounds__``: its threads, and the blocks
+    an SM must hold where the plan asks (``min_blocks``)."""
+    return f"__launch_bounds__({plan.block[0]}" + \
+        (f", {plan.min_blocks})" if plan.min_blocks else ")")
+
+
 def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
     """A ``grid-stride`` kernel: each step of a thread's loop takes ``items`` vectors a
     grid's threads apart, loads them all, then computes and stores each (a vector past
@@ -531,7 +538,7 @@ def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
         steps += stores if part == 0 else [f"if (g{part} < n) {{", *("  " + x for x in stores),
                                            "}"]
     text = "\n".join([
-        f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
+        f"extern \"C\" __global__ void {launch_bounds(plan)} "
         f"{k.sym_name}({', '.join(params)}) {{",
         "  const long long n = accy_n;",
         *(["  const long long s = (long long)gridDim.x * blockDim.x;"] if items > 1 else []),
@@ -622,7 +629,7 @@ class _RowEmitter:
         self.tpr = 32 if self.warp else self.split if self.alone else plan.block[0]
         self.cached = set(plan.cached_inputs)
         self.lines: list[str] = []
-        self.head = [f"extern \"C\" __global__ void __launch_bounds__({plan.block[0]}) "
+        self.head = [f"extern \"C\" __global__ void {launch_bounds(plan)} "
                      f"{k.sym_name}({', '.join(params)}) {{"]
         if self.alone and self.split > 1:
             # every thread reaches the barriers: one past the last row reads the last

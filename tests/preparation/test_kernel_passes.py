@@ -587,3 +587,29 @@ def test_a_half_mean_of_everything_is_split_without_an_f32_copy():
     ps = plans(kernel(sm))
     assert not [p for p in ps if p["mapping"] == "grid-stride" and p["elements"] == 8192 * 4096]
     assert max(p["grid"][0] for p in ps) >= 1024  # the partial sums: many blocks
+
+
+@pytest.mark.parametrize("name,element,opts,threads,blocks", [
+    ("dynamic", None, (), 512, 4),                    # 8 registers of its row: a full SM
+    ("elementwise_chain", None, (), 256, 8),          # f32 elementwise: a full SM
+    ("rmsnorm", "bf16", (), 256, 8),                  # 16 halves: 8 registers
+    ("layernorm", "bf16", (), 128, 0),                # 32 halves a thread: no cap
+    ("softmax", "f16", (), 128, 0),                   # 32 halves a thread: no cap
+    ("bias_gelu", "bf16", (), 256, 0),                # halves elementwise: no cap
+    ("dynamic", None, ("kernel.max_registers=40",), 512, 3),
+    ("dynamic", None, ("kernel.max_registers=255",), 512, 0),
+])
+def test_kernels_holding_few_values_ask_for_a_full_sm(name, element, opts, threads, blocks):
+    """``min_blocks``: where a kernel holds few values its registers are capped at 32 (a
+    full SM of 2048 threads); ``kernel.max_registers`` sets the cap, 255 none. The
+    rendered ``__launch_bounds__`` carries the number."""
+    sm = graph(name, element)
+    shapes = {i: tuple(8192 if d is None and len(s) == 2 and i < 2 else d for d in s)
+              for i, s in graph_shapes(sm, 4096).items()}
+    job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90", list(opts)),
+                          shapes).product
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert (k.plan.block[0], k.plan.min_blocks) == (threads, blocks)
+    bounds = f"__launch_bounds__({threads}, {blocks})" if blocks else \
+        f"__launch_bounds__({threads}) {k.sym_name}("
+    assert bounds in job.module.attributes["target.source"].value

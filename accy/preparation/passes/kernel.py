@@ -117,6 +117,46 @@ COLUMN_SPLIT_ITEMS = 16
 is picked (:func:`column_split`)."""
 
 
+SM_REGISTERS = 65536
+"""32-bit registers of an SM (every CUDA arch accy targets)."""
+FULL_SM_REGISTERS = 32
+"""Registers a thread may take for an SM to hold 2048 threads (the most it runs)."""
+FEW_HELD_REGISTERS = 8
+"""The most registers of its row a row kernel's thread holds where its registers are
+capped at :data:`FULL_SM_REGISTERS` (:func:`min_blocks`)."""
+
+
+def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
+    """The blocks of ``threads`` an SM must hold at once (``__launch_bounds__``' second
+    number, 0: none): where ``max_registers`` (the option) is given, as many as leave a
+    thread that many registers; else, for a kernel that holds ``few_values``, a full SM
+    (:data:`FULL_SM_REGISTERS` a thread).
+
+    Without a cap ptxas takes what it likes: at 33 to 40 registers a thread an SM holds
+    three blocks of 512 threads (six of 256), not four (eight). Capped at 32, the f32
+    dynamic row program (33 registers) and elementwise chain (40, two vectors a thread)
+    compile without spilling (NVRTC 13.0, sm_90a), and so do the other f32 row and
+    elementwise kernels of ``graphs/`` and the bf16/f16 rmsnorm (40); the half row
+    kernels holding 16 registers of their row or more spill 12 to 280 bytes.
+
+    >>> min_blocks(512, 0, True), min_blocks(256, 0, True), min_blocks(256, 0, False)
+    (4, 8, 0)
+    >>> min_blocks(256, 40, False), min_blocks(1024, 255, True)
+    (6, 0)
+    """
+    registers = max_registers or (FULL_SM_REGISTERS if few_values else 0)
+    if not registers:
+        return 0
+    blocks = SM_REGISTERS // (threads * registers)
+    return blocks if blocks > 1 else 0
+
+
+def _floats_only(region: RegionOp) -> bool:
+    """Every buffer of ``region`` holds f32."""
+    types = [v.type for v in region.operands] + list(region.result_types)
+    return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+
+
 def elementwise_grid(vectors: int, block: int, want: int = 0) -> tuple[int, int]:
     """The blocks of a ``grid-stride`` kernel over ``vectors`` vectors, ``block`` threads
     a block, and the vectors a thread loads together at each step of its loop (``want``,
@@ -443,6 +483,9 @@ class PlanKernels(Pass):
     """The ``ffma-tiled`` k steps unrolled together (at most ``ffma_tile``'s k)."""
     column_split: int = KernelOptions.column_split
     """Threads sharing a ``thread-per-row`` row (0: :func:`column_split` picks)."""
+    max_registers: int = KernelOptions.max_registers
+    """Registers an elementwise or row kernel's thread may take (0: :func:`min_blocks`
+    picks)."""
     vectors_per_thread: int = KernelOptions.vectors_per_thread
     """Vectors a ``grid-stride`` thread loads at each step (0: :func:`elementwise_grid`
     picks)."""
@@ -501,6 +544,7 @@ class PlanKernels(Pass):
             packed = _packed_ops(region, self.sm) if vec > 1 else ""
             if packed:
                 plan["packed_ops"] = packed
+            plan["min_blocks"] = min_blocks(bs, self.max_registers, _floats_only(region))
             return plan
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
@@ -541,10 +585,13 @@ class PlanKernels(Pass):
             # reductions of no element give their identities
             items = max(1, math.ceil(cols / (per_row * vec)))
             cached = _cached_inputs(region) if items * vec <= MAX_CACHED_PER_THREAD else ()
+            held = items * vec * len(cached) * _row_element_bytes(region) // 4
             return {"mapping": "warp-per-row" if warp else "block-per-row", "block": block,
                     "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
                     "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
-                    "cached_inputs": cached}
+                    "cached_inputs": cached,
+                    "min_blocks": min_blocks(block[0], self.max_registers,
+                                             held <= FEW_HELD_REGISTERS)}
         # matmul
         mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
         out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
