@@ -28,6 +28,8 @@ import numpy as np
 
 from accy.dialects.memory import BufferSpec
 from accy.numerics import bf16_bits
+from accy.pipeline import prepare_through
+from accy.preparation.options import RunOptions
 from accy.reference import run_reference
 from accy.target.cuda import (
     erfc_half_helper,
@@ -221,6 +223,18 @@ extern "C" void accy_run(void** b, int threads) {{
         lib.accy_run(ptrs, threads)
 
 
+def target_job(sm, shapes=None, opts=(), target: str = "cuda:sm_90"):  # type: ignore[no-untyped-def]
+    """``sm`` prepared through the target stage for ``target`` (shapes bound, options
+    as the CLI spells them): the job whose source and launches :func:`run_job` runs."""
+    return prepare_through(sm, "target", RunOptions.parse(target, list(opts)),
+                           shapes or {}).product
+
+
+def job_source(job) -> str:  # type: ignore[no-untyped-def]
+    """The CUDA source of a :func:`target_job`."""
+    return job.module.attributes["target.source"].value
+
+
 STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i64": np.int64}
 """The kernels' storage type of each float element type (bf16: its bit patterns)."""
 
@@ -262,7 +276,7 @@ def run_job(job, inputs: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[
 
     for s in specs:
         array(s.id)
-    text = attrs["target.source"].value
+    text = job_source(job)
     for launch in attrs["target.launches"].values:
         e = dict(launch.entries)
         assert tuple(e["block"].values)[1:] == (1, 1)

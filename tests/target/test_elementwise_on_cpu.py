@@ -21,8 +21,6 @@ from stage_programs import graph  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
-from accy.pipeline import prepare_through  # noqa: E402
-from accy.preparation.options import RunOptions  # noqa: E402
 
 needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C++20)")
 TOLERANCE = {"f32": 1e-5, "bf16": 3e-2, "f16": 4e-3}
@@ -30,8 +28,7 @@ TOLERANCE = {"f32": 1e-5, "bf16": 3e-2, "f16": 4e-3}
 
 def chain_job(element: str, rows: int, cols: int, opts: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
     sm = graph("elementwise_chain", None if element == "f32" else element)
-    job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90", list(opts)),
-                          {0: (rows, cols), 1: (1, cols)}).product
+    job = cuda_on_cpu.target_job(sm, {0: (rows, cols), 1: (1, cols)}, opts)
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     return sm, job, k
 
@@ -49,7 +46,7 @@ def test_a_thread_loads_its_vectors_before_any_math(want: int, items: int, block
     but the first stored only when it is inside the tensor."""
     _, job, k = chain_job("f32", 8192, 4096, (f"kernel.vectors_per_thread={want}",))
     assert (k.plan.items, k.plan.grid[0], k.plan.vector_width) == (items, blocks, 4)
-    text = job.module.attributes["target.source"].value
+    text = cuda_on_cpu.job_source(job)
     body = cuda_on_cpu.kernel_text(text, k.sym_name)
     loads = [i for i, line in enumerate(body.splitlines()) if "__ldg(" in line]
     math = [i for i, line in enumerate(body.splitlines()) if line.lstrip().startswith("float t")]

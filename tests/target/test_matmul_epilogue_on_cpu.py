@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_on_cpu  # noqa: E402
 from stage_programs import graph, program  # noqa: E402
-from test_row_kernels_on_cpu import cuda_job, max_error, source  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 
@@ -56,26 +55,26 @@ def mappings(job) -> list[str]:  # type: ignore[no-untyped-def]
 def test_the_mlp_block_matches_the_reference_on_the_cpu() -> None:
     """Bias and tanh-gelu after the first matmul, bias after the second."""
     sm = graph("mlp")
-    job = cuda_job(sm, {0: (128, 256)})
+    job = cuda_on_cpu.target_job(sm, {0: (128, 256)})
     assert mappings(job) == ["ffma-tiled", "ffma-tiled"]
-    assert source(job).count("__ldg(reinterpret_cast<const float4*>(in2 + (n)))") == 2
+    assert cuda_on_cpu.job_source(job).count("__ldg(reinterpret_cast<const float4*>(in2 + (n)))") == 2
     # gelu's erfcf inlined once per rolled sub-tile, not per accumulator (NVRTC's time)
-    assert source(job).count("for (int p = 0; p < 4; ++p)") == 1
+    assert cuda_on_cpu.job_source(job).count("for (int p = 0; p < 4; ++p)") == 1
     rng = np.random.default_rng(1)
     shapes = [(128, 256), (256, 1024), (1024,), (1024, 256), (256,)]
     xs = [(rng.standard_normal(s) * 0.1).astype(np.float32) for s in shapes]
-    assert max_error(job, sm, xs) <= 1e-5
+    assert cuda_on_cpu.job_error(job, sm, xs) <= 1e-5
 
 
 @needs_cxx
 @pytest.mark.parametrize("batch", [(), (2,)])
 def test_a_fused_epilogue_with_two_outputs_matches_the_reference(batch) -> None:  # type: ignore[no-untyped-def]
     sm = fused(batch, 64, 128, 24)
-    job = cuda_job(sm)
+    job = cuda_on_cpu.target_job(sm)
     assert mappings(job) == ["ffma-tiled"]
-    (body,) = [cuda_on_cpu.kernel_text(source(job), k.sym_name)
+    (body,) = [cuda_on_cpu.kernel_text(cuda_on_cpu.job_source(job), k.sym_name)
                for k in job.module.body.ops if isinstance(k, KernelFuncOp)]
     assert body.count("*reinterpret_cast<float4*>(out") == 2  # one store an output
     # tanh keeps the epilogue rolled: the matmul's own value picked from its sub-tile
     assert "make_float4((p == 0 ? acc[0 + r][0] : (p == 1 ? acc[0 + r][4]" in body
-    assert max_error(job, sm, inputs(sm)) <= 1e-5
+    assert cuda_on_cpu.job_error(job, sm, inputs(sm)) <= 1e-5

@@ -31,17 +31,8 @@ CUDA = "cuda:sm_90"
 needs_cxx = pytest.mark.skipif(not cuda_on_cpu.available(), reason="needs g++ (C++20)")
 
 
-def cuda_job(sm, shapes=None, opts=()):  # type: ignore[no-untyped-def]
-    return prepare_through(sm, "target", RunOptions.parse(CUDA, list(opts)),
-                           shapes or {}).product
-
-
-def source(job) -> str:  # type: ignore[no-untyped-def]
-    return job.module.attributes["target.source"].value
-
-
 def kernel_bodies(job) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    text = source(job)
+    text = cuda_on_cpu.job_source(job)
     return {k.sym_name: cuda_on_cpu.kernel_text(text, k.sym_name)
             for k in job.module.body.ops if isinstance(k, KernelFuncOp)}
 
@@ -60,19 +51,19 @@ def test_a_column_softmax_reads_each_column_once(cols: int) -> None:
     """64 × many: a thread per column holds its 64 values in registers after one
     read (through the transpose), so the max, the sum and the output read them there."""
     sm = graph("softmax_axis0")
-    job = cuda_job(sm, {0: (64, cols)})
+    job = cuda_on_cpu.target_job(sm, {0: (64, cols)})
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.mapping == "thread-per-row" and k.plan.cached_inputs == (0,)
     (body,) = kernel_bodies(job).values()
     assert global_reads(body) == 1
-    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
 
 
 @needs_cxx
 def test_a_column_softmax_matches_the_reference_on_the_cpu() -> None:
     sm = graph("softmax_axis0")
     x = np.random.default_rng(0).standard_normal((64, 16384 + 77)).astype(np.float32) * 4
-    assert cuda_on_cpu.job_error(cuda_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
+    assert cuda_on_cpu.job_error(cuda_on_cpu.target_job(sm, {0: x.shape}), sm, [x]) <= 1e-5
 
 
 @needs_cxx
@@ -86,7 +77,7 @@ def test_a_column_softmax_split_over_threads_matches_the_reference_on_the_cpu(
     text = (Path(__file__).resolve().parents[2] / "graphs" / "softmax_axis0.mlir").read_text()
     sm = SemanticModule.from_text(with_element(text.replace("64x", f"{rows}x"), element))
     x = np.random.default_rng(3).standard_normal((rows, 16384 + 77)).astype(np.float32) * 4
-    job = cuda_job(sm, {0: x.shape}, [f"kernel.column_split={split}"])
+    job = cuda_on_cpu.target_job(sm, {0: x.shape}, [f"kernel.column_split={split}"])
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     threads = split or column_split(rows, 256)
     assert k.plan.mapping == "thread-per-row" and k.plan.block == (256, 1, 1)
@@ -104,7 +95,7 @@ def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> 
     kernel whose per-row result the first of a row's threads stores."""
     sm = reductions(100, 16389)
     x = np.random.default_rng(4).standard_normal((100, 16389)).astype(np.float32)
-    job = cuda_job(sm, opts=[f"kernel.column_split={split}"])
+    job = cuda_on_cpu.target_job(sm, opts=[f"kernel.column_split={split}"])
     split_kernels = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)
                      and k.plan.mapping == "thread-per-row"]
     assert split_kernels and all(k.plan.rows_per_block == 256 // split for k in split_kernels)
@@ -134,10 +125,10 @@ def test_i64_row_sums_cross_shared_memory_exactly(shape: tuple[int, int], axis: 
     (53 bits): sums of values near 2^49 / 2^52 come out exact."""
     sm = i64_sum(shape, axis)
     x = np.random.default_rng(5).integers(0, 2 ** 20, shape, dtype=np.int64) + 2 ** base
-    job = cuda_job(sm)
+    job = cuda_on_cpu.target_job(sm)
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.mapping == mapping
-    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
     (got,) = cuda_on_cpu.run_job(job, [x])
     assert np.array_equal(got, x.sum(axis=axis))
 
@@ -161,7 +152,7 @@ def test_a_chained_half_row_on_128_threads_matches_the_reference_on_the_cpu(
         shape = (3, 4096) if len(shape) == 2 else (4096,)
         x = rng.standard_normal(shape).astype(np.float32) * 2
         inputs.append(x.astype(np.float16) if element == "f16" else x)
-    job = cuda_job(sm, {i: x.shape for i, x in enumerate(inputs)})
+    job = cuda_on_cpu.target_job(sm, {i: x.shape for i, x in enumerate(inputs)})
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.block == (128, 1, 1) and k.plan.cached_inputs == (0,)
     assert cuda_on_cpu.job_error(job, sm, inputs) <= TOLERANCE[element]
@@ -206,13 +197,13 @@ def launches(job) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_sibling_row_reductions_are_one_kernel() -> None:
     """The row sum and the row min of x read it in one launch with two outputs."""
-    job = cuda_job(reductions(8192, 4096))
+    job = cuda_on_cpu.target_job(reductions(8192, 4096))
     bodies = kernel_bodies(job)
     two = [name for name, body in bodies.items() if "out1[row]" in body]
     assert len(two) >= 1
     assert global_reads(bodies[two[0]]) == 1
     assert input_reads(job) == 2  # was 4: sum, min, the column max and the mean
-    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
 
 
 def test_a_mean_over_both_axes_starts_from_the_row_sum() -> None:
@@ -263,7 +254,7 @@ def test_reductions_match_the_reference_on_the_cpu(element: str, shape: tuple[in
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     if element == "f16":
         x = x.astype(np.float16)
-    job = cuda_job(sm)
+    job = cuda_on_cpu.target_job(sm)
     assert not any(not any(op.op_name == "prim.reduce" for op in k.body.ops)
                    for k in job.module.body.ops if isinstance(k, KernelFuncOp))
     assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
@@ -281,8 +272,8 @@ def test_reductions_match_the_reference_on_the_cpu(element: str, shape: tuple[in
 ])
 def test_one_source_serves_every_row_count(name: str, cols: int, opts: tuple[str, ...]) -> None:
     sm = graph(name)
-    jobs = {rows: cuda_job(sm, {0: (rows, cols)}, opts) for rows in (8, 17, 33, 1)}
-    assert len({source(jobs[rows]) for rows in (8, 17, 33)}) == 1  # a single row is special
+    jobs = {rows: cuda_on_cpu.target_job(sm, {0: (rows, cols)}, opts) for rows in (8, 17, 33, 1)}
+    assert len({cuda_on_cpu.job_source(jobs[rows]) for rows in (8, 17, 33)}) == 1  # a single row is special
     rng = np.random.default_rng(3)
     for rows, j in jobs.items():
         inputs = [rng.standard_normal(s.shape).astype(np.float32)
@@ -307,7 +298,7 @@ def test_elementwise_kernels_match_the_reference_on_the_cpu(element: str, rows: 
     precision ``x + b`` is rounded (a packed add, two lanes an instruction), the result
     only by its store (rounding it before too would be rounding twice to one type)."""
     sm = graph("bias_gelu", None if element == "f32" else element)
-    job = cuda_job(sm, {0: (rows, 4096)}, (f"kernel.vector_width={vec}", "kernel.block_size=64"))
+    job = cuda_on_cpu.target_job(sm, {0: (rows, 4096)}, (f"kernel.vector_width={vec}", "kernel.block_size=64"))
     [kernel] = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)]
     body = kernel_bodies(job)[kernel.sym_name]
     rounds = body.count("accy_bf2f(accy_f2bf(") + body.count("accy_h2f(accy_f2h(")
@@ -336,7 +327,7 @@ def test_the_picked_row_blocks_match_the_reference_on_the_cpu(
     rows, cols = shape
     text = graph(name, None if element == "f32" else element).text()
     sm = SemanticModule.from_text(text.replace("4096", str(cols)), f"{name}.mlir")
-    job = cuda_job(sm, {0: shape})
+    job = cuda_on_cpu.target_job(sm, {0: shape})
     (launch,) = job.module.attributes["target.launches"].values
     assert tuple(dict(launch.entries)["block"].values) == (block, 1, 1)
     rng = np.random.default_rng(7)
@@ -351,7 +342,7 @@ def test_an_elementwise_grid_of_two_vectors_a_thread_covers_a_ragged_tail() -> N
     """1100 rows of 4096: 1,126,400 vectors over 4096 blocks of 256 threads, so the
     grid-stride loop's second step covers the last 77,824 vectors only."""
     sm = graph("gelu_tanh")
-    job = cuda_job(sm, {0: (1100, 4096)})
+    job = cuda_on_cpu.target_job(sm, {0: (1100, 4096)})
     (launch,) = job.module.attributes["target.launches"].values
     assert tuple(dict(launch.entries)["grid"].values) == (4096, 1, 1)
     x = np.random.default_rng(8).standard_normal((1100, 4096)).astype(np.float32)
