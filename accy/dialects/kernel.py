@@ -103,8 +103,8 @@ class KernelPlan:
     rows_per_block: int = 1
     items: int = 1
     """Row kernels: rows a block handles; vector items per thread per row.
-    ``grid-stride``: the vectors a thread loads, all before it computes any, at each
-    step of its loop (``items`` strides of the grid's threads a step).
+    ``grid-stride``: 2 where a thread loads its next vector before it computes the
+    current one (its loop pipelined), else 1.
     ``thread-per-row``: ``block / rows_per_block`` threads share a row (thread ``i``
     walks row ``i % rows_per_block`` from element ``i / rows_per_block``, every
     ``block / rows_per_block``-th), their reductions combined through shared memory."""

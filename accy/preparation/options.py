@@ -189,12 +189,11 @@ class KernelOptions:
     row kernel whose row takes a whole block)."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
-    vectors_per_thread: int = 0
-    """Vectors a thread of an elementwise (``grid-stride``) kernel loads, all before it
-    computes any, at each step of its loop (1, 2 or 4; the grid then has about that
-    many fewer blocks). 0 picks: 2 where the grid would have more than
-    ``MIN_GRID_BLOCKS`` blocks of a vector a thread, else 1
-    (:func:`accy.preparation.passes.kernel.elementwise_grid`)."""
+    prefetch: bool = True
+    """A thread of an elementwise (``grid-stride``) kernel whose grid leaves it several
+    vectors loads its next vector before it computes the current one (twice the bytes
+    in flight while the other warps compute); off, each step of its loop loads,
+    computes and stores one vector."""
     max_registers: int = 0
     """Registers a thread of an elementwise or row kernel may take: its
     ``__launch_bounds__`` asks for ``65536 / (threads · max_registers)`` blocks an SM
@@ -332,9 +331,6 @@ class KernelOptions:
     def _check_rows(self) -> None:
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
-        if self.vectors_per_thread not in (0, 1, 2, 4):
-            raise OptionError(f"kernel.vectors_per_thread must be 0 (picked), 1, 2 or 4, "
-                              f"got {self.vectors_per_thread}")
         if self.max_registers and not 32 <= self.max_registers <= 255:
             raise OptionError(f"kernel.max_registers must be 0 (picked) or 32 to 255, got "
                               f"{self.max_registers}")

@@ -410,14 +410,23 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
+def vector_load(pointer: str, vec: int, el: str) -> tuple[str, str]:
+    """The C type and the expression of one ``vec``-element vector load at ``pointer``
+    (f32: a ``float{vec}``; halves: the words that hold them)."""
+    vt = f"float{vec}" if el == "f32" else HALF_WORDS[vec]
+    return vt, f"__ldg(reinterpret_cast<const {vt}*>({pointer}))"
+
+
+def half_unpack(name: str, vec: int, el: str) -> list[str]:
+    """The lanes of loaded halves ``name`` as floats ``name_0…``."""
+    return [f"const float {name}_{lane} = "
+            f"{half_lanes(_word(name, vec, lane // 2), el)[lane % 2]};" for lane in range(vec)]
+
+
 def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
     """One ``vec``-half vector load at ``pointer``, unpacked to floats ``name_0…``."""
-    vt = HALF_WORDS[vec]
-    lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
-    for lane in range(vec):
-        value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
-        lines.append(f"const float {name}_{lane} = {value};")
-    return lines
+    vt, load = vector_load(pointer, vec, el)
+    return [f"const {vt} {name} = {load};", *half_unpack(name, vec, el)]
 
 
 def half_store(pointer: str, values: list[str], el: str) -> str:
@@ -443,6 +452,9 @@ class _Vectorizer:
         self.scope_ref = scope_ref
         self.loaded: dict[tuple[int, str], str] = {}
         self.args: list[Value] = []
+        self.raw: list[tuple[str, str, str]] | None = None
+        """Where set, each vector load goes here as its C type, name and expression (for
+        the caller to place), and only the unpacking of halves into the scope."""
 
     def __call__(self, k: int, idx: tuple[str, ...], lane: int) -> str | None:
         name = self.load(k, idx)
@@ -482,7 +494,13 @@ class _Vectorizer:
         key = (k, base)
         if key not in self.loaded:
             name = b.fresh("v")
-            if el == "f32":
+            if self.raw is not None:
+                self.raw.append((*vector_load(f"{b.inputs[k]} + ({base})", self.vec, el)[:1],
+                                 name, vector_load(f"{b.inputs[k]} + ({base})", self.vec,
+                                                   el)[1]))
+                if el != "f32":
+                    self.scope_ref[0].lines += half_unpack(name, self.vec, el)
+            elif el == "f32":
                 self.scope_ref[0].lines.append(
                     f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
                     f"float{self.vec}*>"
@@ -502,49 +520,72 @@ def launch_bounds(plan: KernelPlan) -> str:
 
 
 def emit_elementwise(k: KernelFuncOp, fast_math: bool) -> tuple[str, list[str]]:
-    """A ``grid-stride`` kernel: each step of a thread's loop takes ``items`` vectors a
-    grid's threads apart, loads them all, then computes and stores each (a vector past
-    the end is loaded at the last one and not stored)."""
+    """A ``grid-stride`` kernel. Where the plan has two ``items``, a thread's loop is
+    pipelined: at each step it loads its next vector (its own again past the end) before
+    it computes the one loaded at the step before."""
     ins, outs, params = _params(k)
     plan = k.plan
     vec = plan.vector_width
-    vz = _Vectorizer([], vec, [Scope([])])
-    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, load_hook=vz, fast_math=fast_math)
+    b = ExprBuilder(ins, cuda=True, prefix=k.sym_name, fast_math=fast_math)
     b.stored_unrounded = stored_only(k.body.terminator)
-    vz.b.append(b)
-    vz.args = list(k.body.args)
-    # two adjacent half lanes a word where the plan packs ops (accy.target.packed)
-    pairs = PairBuilder(b, list(k.body.ops), plan.packed_ops, vz.word) \
-        if vec > 1 and plan.packed_ops else None
-    items = max(1, plan.items)
-    loads: list[str] = []
-    steps: list[str] = []
-    for part in range(items):
-        linear = "i" if part == 0 else f"i{part}"
-        if part == 0:
-            loads.append(f"const long long i = g * {vec};")
-        else:
-            loads += [f"const long long g{part} = g + {'s' if part == 1 else f'{part} * s'};",
-                      f"const long long {linear} = (g{part} < n ? g{part} : n - 1) * {vec};"]
-        vz.scope_ref[0] = Scope([])  # the part's vector loads, ahead of every part's math
+    pipelined = plan.items > 1 and vec > 1
+
+    def at(linear: str, prefix: str) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
+        """The body at element ``linear`` (index names ``prefix…``): the index lines,
+        the vector loads (where pipelined; else in the body), the body."""
         scope = Scope([])
-        pre, names = decompose(linear, plan.iteration, "d" if part == 0 else f"p{part}d") \
-            if plan.iteration else ([], ())
+        vz = _Vectorizer([b], vec, [scope])
+        vz.args = list(k.body.args)
+        vz.raw = [] if pipelined else None
+        b.load_hook = vz
+        # two adjacent half lanes a word where the plan packs ops (accy.target.packed)
+        pairs = PairBuilder(b, list(k.body.ops), plan.packed_ops, vz.word) \
+            if vec > 1 and plan.packed_ops else None
+        pre, names = decompose(linear, plan.iteration, prefix) if plan.iteration else ([], ())
         idx = tuple(names[:-1]) + (f"{names[-1]}+{LANE}",) if vec > 1 else tuple(names)
         stores = [_elementwise_store(b, pairs, v, outs[oi], linear, idx, scope, vec)
                   for oi, v in enumerate(k.body.terminator.operands)]  # type: ignore[union-attr]
-        loads += pre + vz.scope_ref[0].lines
-        steps += scope.lines
-        steps += stores if part == 0 else [f"if (g{part} < n) {{", *("  " + x for x in stores),
-                                           "}"]
+        b.value_hook = None
+        return pre, vz.raw or [], scope.lines + stores
+
+    head = [f"extern \"C\" __global__ void {launch_bounds(plan)} "
+            f"{k.sym_name}({', '.join(params)}) {{",
+            "  const long long n = accy_n;"]
+    if not pipelined:
+        pre, _, body = at("i", "d")
+        text = "\n".join([
+            *head,
+            "  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
+            " g += (long long)gridDim.x * blockDim.x) {",
+            f"    const long long i = g * {vec};",
+            *("    " + line for line in pre + body),
+            "  }",
+            "}",
+        ])
+        return text, b.tables
+    # the first vector's loads, the next one's, and the body at the current one, whose
+    # loads are the registers the others filled (the same loads in the same order)
+    first_pre, first, _ = at("qi", "q")
+    next_pre, nxt, _ = at("ni", "nd")
+    pre, current, body = at("i", "d")
+    assert [t for t, _, _ in first] == [t for t, _, _ in nxt] == [t for t, _, _ in current]
     text = "\n".join([
-        f"extern \"C\" __global__ void {launch_bounds(plan)} "
-        f"{k.sym_name}({', '.join(params)}) {{",
-        "  const long long n = accy_n;",
-        *(["  const long long s = (long long)gridDim.x * blockDim.x;"] if items > 1 else []),
-        "  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n;"
-        f" g += {'s * ' + str(items) if items > 1 else '(long long)gridDim.x * blockDim.x'}) {{",
-        *("    " + line for line in loads + steps),
+        *head,
+        "  const long long s = (long long)gridDim.x * blockDim.x;",
+        "  long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        "  if (g >= n) return;",
+        f"  const long long qi = g * {vec};",
+        *("  " + line for line in first_pre),
+        *(f"  {t} {name} = {load};" for (t, _, load), (_, name, _) in zip(first, current)),
+        "  for (;; g += s) {",
+        "    const long long gn = g + s;",
+        f"    const long long ni = (gn < n ? gn : g) * {vec};",
+        *("    " + line for line in next_pre),
+        *(f"    const {t} {name} = {load};" for t, name, load in nxt),
+        f"    const long long i = g * {vec};",
+        *("    " + line for line in pre + body),
+        "    if (gn >= n) break;",
+        *(f"    {name} = {ahead};" for (_, name, _), (_, ahead, _) in zip(current, nxt)),
         "  }",
         "}",
     ])

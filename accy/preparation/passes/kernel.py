@@ -9,7 +9,8 @@ plan, per kind, for CUDA:
   bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
   math in f32, but for the half ops the arch runs two lanes an instruction:
   ``packed_ops``), ``block_size`` threads, a vector a thread up to 4096 blocks, then
-  two, loaded together (at most 16384 blocks: :func:`elementwise_grid`);
+  two (at most 16384 blocks: :func:`elementwise_grid`), a thread loading its next
+  vector before it computes the current one (``prefetch``);
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -157,27 +158,20 @@ def _floats_only(region: RegionOp) -> bool:
     return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
 
 
-def elementwise_grid(vectors: int, block: int, want: int = 0) -> tuple[int, int]:
+def elementwise_grid(vectors: int, block: int) -> int:
     """The blocks of a ``grid-stride`` kernel over ``vectors`` vectors, ``block`` threads
-    a block, and the vectors a thread loads together at each step of its loop (``want``,
-    the option, else picked).
-
-    Picked: a vector a thread up to :data:`MIN_GRID_BLOCKS` blocks, then two, at most
-    :data:`MAX_GRID_BLOCKS` blocks; a thread holding two vectors loads both before it
-    computes either, twice the bytes in flight while the other warps compute. Asked
-    for: about ``want`` vectors a thread, at most :data:`MAX_GRID_BLOCKS` blocks.
+    a block: a vector a thread up to :data:`MIN_GRID_BLOCKS` blocks, then two, at most
+    :data:`MAX_GRID_BLOCKS` blocks.
 
     >>> elementwise_grid(8192 * 1024, 256), elementwise_grid(4096 * 256, 256)
-    ((16384, 2), (4096, 1))
-    >>> elementwise_grid(8192 * 1024, 256, want=1), elementwise_grid(1000, 256, want=4)
-    ((16384, 1), (1, 4))
+    (16384, 4096)
+    >>> elementwise_grid(4096 * 256 + 1, 256), elementwise_grid(10**9, 256)
+    (4096, 16384)
     """
     blocks = max(1, math.ceil(vectors / block))
-    if want:
-        return min(MAX_GRID_BLOCKS, math.ceil(blocks / want)), want
     if blocks <= MIN_GRID_BLOCKS:
-        return blocks, 1
-    return min(MAX_GRID_BLOCKS, max(MIN_GRID_BLOCKS, math.ceil(blocks / 2))), 2
+        return blocks
+    return min(MAX_GRID_BLOCKS, max(MIN_GRID_BLOCKS, math.ceil(blocks / 2)))
 
 
 def column_split(cols: int, block: int, want: int = 0) -> int:
@@ -486,9 +480,9 @@ class PlanKernels(Pass):
     max_registers: int = KernelOptions.max_registers
     """Registers an elementwise or row kernel's thread may take (0: :func:`min_blocks`
     picks)."""
-    vectors_per_thread: int = KernelOptions.vectors_per_thread
-    """Vectors a ``grid-stride`` thread loads at each step (0: :func:`elementwise_grid`
-    picks)."""
+    prefetch: bool = KernelOptions.prefetch
+    """A ``grid-stride`` thread with several vectors loads its next before computing the
+    current (plan ``items`` 2)."""
     attention_tile: tuple[int, int, int] = (KernelOptions.attention_tile_m,
                                             KernelOptions.attention_tile_n,
                                             KernelOptions.attention_threads)
@@ -537,7 +531,8 @@ class PlanKernels(Pass):
         if kind == "elementwise":
             n = math.prod(it) if it else 1
             vec = width if (aligned and it and it[-1] % width == 0) else 1
-            blocks, items = elementwise_grid(math.ceil(n / vec), bs, self.vectors_per_thread)
+            blocks = elementwise_grid(math.ceil(n / vec), bs)
+            items = 2 if self.prefetch and vec > 1 and blocks * bs * vec < n else 1
             plan: dict[str, object] = {
                 "mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                 "vector_width": vec, "shared_bytes": 0, "elements": n, "items": items}
