@@ -77,6 +77,19 @@ def test_half_row_programs(name: str, element: str, rows: int) -> None:
     assert run_graph(name, element, dims) <= TOLERANCE[element]
 
 
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("name", ["elementwise_chain", "bias_gelu"])
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_elementwise_kernels_that_prefetch(name: str, element: str, prefetch: bool) -> None:
+    """More vectors than the 4096 blocks' threads (f32: 1100 rows, halves: 2100, of
+    4104 columns, bias_gelu's 4096), so some threads prefetch a second vector and the
+    others their own again; the f32 kernels' registers capped (``max_registers``)."""
+    dims = {"rows": 1100 if element == "f32" else 2100,
+            "cols": 4104 if name == "elementwise_chain" else 4096}
+    options = (f"kernel.prefetch={str(prefetch).lower()}",)
+    assert run_graph(name, element, dims, options) <= TOLERANCE[element]
+
+
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 @pytest.mark.parametrize("cols", [8, 17, 1024, 2048, 4097])
 def test_half_softmax_ragged_columns(element: str, cols: int) -> None:
