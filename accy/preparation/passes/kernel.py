@@ -99,7 +99,8 @@ program ran 14–17 % faster, layernorm 1 % faster, rmsnorm (one reduction) 0.5 
 MIN_GRID_BLOCKS = 4096
 MAX_GRID_BLOCKS = 16384
 """An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
-vectors a thread (a grid-stride loop of two steps), at most ``MAX_GRID_BLOCKS``. On the
+vectors a thread (a grid-stride loop of two steps, the second vector's loads issued
+before the first is computed: ``prefetch``), at most ``MAX_GRID_BLOCKS``. On the
 H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
 session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
 and larger, a vector a thread lost 1–7 % from 8192 rows of 4096 up, and this rule was
