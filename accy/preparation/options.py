@@ -198,8 +198,8 @@ class KernelOptions:
     """Registers a thread of an elementwise or row kernel may take: its
     ``__launch_bounds__`` asks for ``65536 / (threads · max_registers)`` blocks an SM
     (32 to 255; 255: no cap). 0 picks: 32, a full SM of 2048 threads, where the
-    kernel holds few values (an f32 elementwise kernel, a row kernel holding at most
-    8 registers of its row), else no cap
+    kernel holds few values (an f32 elementwise kernel, a block-per-row kernel holding
+    at most 8 registers of its row), else no cap
     (:func:`accy.preparation.passes.kernel.min_blocks`)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""

@@ -595,6 +595,7 @@ def test_a_half_mean_of_everything_is_split_without_an_f32_copy():
     ("rmsnorm", "bf16", (), 256, 8),                  # 16 halves: 8 registers
     ("layernorm", "bf16", (), 128, 0),                # 32 halves a thread: no cap
     ("softmax", "f16", (), 128, 0),                   # 32 halves a thread: no cap
+    ("softmax", None, ("kernel.block_size=1024", "kernel.rows_per_block=4"), 128, 0),  # warp-per-row
     ("bias_gelu", "bf16", (), 256, 0),                # halves elementwise: no cap
     ("dynamic", None, ("kernel.max_registers=40",), 512, 3),
     ("dynamic", None, ("kernel.max_registers=255",), 512, 0),

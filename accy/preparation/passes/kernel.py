@@ -131,8 +131,11 @@ capped at :data:`FULL_SM_REGISTERS` (:func:`min_blocks`)."""
 def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
     """The blocks of ``threads`` an SM must hold at once (``__launch_bounds__``' second
     number, 0: none): where ``max_registers`` (the option) is given, as many as leave a
-    thread that many registers; else, for a kernel that holds ``few_values``, a full SM
-    (:data:`FULL_SM_REGISTERS` a thread).
+    thread that many registers; else, for a kernel that holds ``few_values`` (an f32
+    elementwise kernel, a block-per-row kernel holding at most
+    :data:`FEW_HELD_REGISTERS` of its row), a full SM (:data:`FULL_SM_REGISTERS` a
+    thread). A warp-per-row kernel is left alone: its row is short, and one whose body
+    is long (``all_ops``' first) spilled at 32.
 
     Without a cap ptxas takes what it likes: at 33 to 40 registers a thread an SM holds
     three blocks of 512 threads (six of 256), not four (eight). Capped at 32, the f32
@@ -587,7 +590,7 @@ class PlanKernels(Pass):
                     "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
                     "cached_inputs": cached,
                     "min_blocks": min_blocks(block[0], self.max_registers,
-                                             held <= FEW_HELD_REGISTERS)}
+                                             not warp and held <= FEW_HELD_REGISTERS)}
         # matmul
         mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
         out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
