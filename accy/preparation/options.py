@@ -190,10 +190,12 @@ class KernelOptions:
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
     prefetch: bool = True
-    """A thread of an elementwise (``grid-stride``) kernel whose grid leaves it several
-    vectors loads its next vector before it computes the current one (twice the bytes
-    in flight while the other warps compute); off, each step of its loop loads,
-    computes and stores one vector."""
+    """A thread of an f32 elementwise (``grid-stride``) kernel whose grid leaves it
+    several vectors loads its next vector before it computes the current one (twice the
+    bytes in flight while the other warps compute; its registers capped, ``max_registers``,
+    so the SM stays full); off, each step of its loop loads, computes and stores one
+    vector. Kernels over halves never prefetch: the extra registers would cost them a
+    block an SM (bias_gelu in bf16: 40 registers to 43, five blocks of 256 for six)."""
     max_registers: int = 0
     """Registers a thread of an elementwise or row kernel may take: its
     ``__launch_bounds__`` asks for ``65536 / (threads · max_registers)`` blocks an SM

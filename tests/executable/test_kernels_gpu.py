@@ -83,7 +83,8 @@ def test_half_row_programs(name: str, element: str, rows: int) -> None:
 def test_elementwise_kernels_that_prefetch(name: str, element: str, prefetch: bool) -> None:
     """More vectors than the 4096 blocks' threads (f32: 1100 rows, halves: 2100, of
     4104 columns, bias_gelu's 4096), so some threads prefetch a second vector and the
-    others their own again; the f32 kernels' registers capped (``max_registers``)."""
+    others their own again (f32; the halves' kernels never prefetch, but run the same
+    grid); the f32 kernels' registers capped (``max_registers``)."""
     dims = {"rows": 1100 if element == "f32" else 2100,
             "cols": 4104 if name == "elementwise_chain" else 4096}
     options = (f"kernel.prefetch={str(prefetch).lower()}",)

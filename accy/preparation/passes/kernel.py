@@ -485,8 +485,8 @@ class PlanKernels(Pass):
     """Registers an elementwise or row kernel's thread may take (0: :func:`min_blocks`
     picks)."""
     prefetch: bool = KernelOptions.prefetch
-    """A ``grid-stride`` thread with several vectors loads its next before computing the
-    current (plan ``items`` 2)."""
+    """An f32 ``grid-stride`` thread with several vectors loads its next before computing
+    the current (plan ``items`` 2)."""
     attention_tile: tuple[int, int, int] = (KernelOptions.attention_tile_m,
                                             KernelOptions.attention_tile_n,
                                             KernelOptions.attention_threads)
@@ -536,14 +536,17 @@ class PlanKernels(Pass):
             n = math.prod(it) if it else 1
             vec = width if (aligned and it and it[-1] % width == 0) else 1
             blocks = elementwise_grid(math.ceil(n / vec), bs)
-            items = 2 if self.prefetch and vec > 1 and blocks * bs * vec < n else 1
+            floats = _floats_only(region)
+            # prefetch where the register cap keeps the SM full (f32); a half kernel's
+            # extra registers would cost it a block an SM (bias_gelu bf16: 40 to 43)
+            items = 2 if self.prefetch and floats and vec > 1 and blocks * bs * vec < n else 1
             plan: dict[str, object] = {
                 "mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
                 "vector_width": vec, "shared_bytes": 0, "elements": n, "items": items}
             packed = _packed_ops(region, self.sm) if vec > 1 else ""
             if packed:
                 plan["packed_ops"] = packed
-            plan["min_blocks"] = min_blocks(bs, self.max_registers, _floats_only(region))
+            plan["min_blocks"] = min_blocks(bs, self.max_registers, floats)
             return plan
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
