@@ -123,6 +123,8 @@ SM_REGISTERS = 65536
 """32-bit registers of an SM (every CUDA arch accy targets)."""
 FULL_SM_REGISTERS = 32
 """Registers a thread may take for an SM to hold 2048 threads (the most it runs)."""
+MAX_REGISTERS = 255
+"""The most registers a thread may have: ``kernel.max_registers`` at this is no cap."""
 FEW_HELD_REGISTERS = 8
 """The most registers of its row a row kernel's thread holds where its registers are
 capped at :data:`FULL_SM_REGISTERS` (:func:`min_blocks`)."""
@@ -146,11 +148,11 @@ def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
 
     >>> min_blocks(512, 0, True), min_blocks(256, 0, True), min_blocks(256, 0, False)
     (4, 8, 0)
-    >>> min_blocks(256, 40, False), min_blocks(1024, 255, True)
-    (6, 0)
+    >>> min_blocks(256, 40, False), min_blocks(128, 255, True), min_blocks(128, 254, True)
+    (6, 0, 2)
     """
     registers = max_registers or (FULL_SM_REGISTERS if few_values else 0)
-    if not registers:
+    if not registers or registers >= MAX_REGISTERS:
         return 0
     blocks = SM_REGISTERS // (threads * registers)
     return blocks if blocks > 1 else 0
