@@ -140,11 +140,12 @@ def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
     is long (``all_ops``' first) spilled at 32.
 
     Without a cap ptxas takes what it likes: at 33 to 40 registers a thread an SM holds
-    three blocks of 512 threads (six of 256), not four (eight). Capped at 32, the f32
-    dynamic row program (33 registers) and elementwise chain (40, two vectors a thread)
-    compile without spilling (NVRTC 13.0, sm_90a), and so do the other f32 row and
-    elementwise kernels of ``graphs/`` and the bf16/f16 rmsnorm (40); the half row
-    kernels holding 16 registers of their row or more spill 12 to 280 bytes.
+    three blocks of 512 threads (six of 256), not four (eight). Capped at 32 (NVRTC 13.5,
+    ``sm_90a``, the benchmark's shapes), the f32 dynamic row program (33 registers
+    uncapped) and the bf16/f16 rmsnorm (40) compile without spilling, as do the other
+    f32 row and elementwise kernels of ``graphs/``; the half row kernels holding 16
+    registers of their row or more spill 24 to 280 bytes, residual_norm f32 (two cached
+    rows) 12 (RESULTS.md, kernels, "Twenty-fourth session").
 
     >>> min_blocks(512, 0, True), min_blocks(256, 0, True), min_blocks(256, 0, False)
     (4, 8, 0)
