@@ -35,14 +35,15 @@ def products() -> list[Any]:
     """The module of every program after every stage."""
     from accy.pipeline import prepare_through
     from accy.preparation.options import RunOptions
-    from accy.preparation.products import SemanticModule
+    from accy.preparation.products import Product, SemanticModule
 
     out = []
     for path, shapes in PROGRAMS:
-        sm = SemanticModule.from_file(os.path.join(ROOT, path))
-        for stage in STAGES:
-            out.append(prepare_through(sm, stage, RunOptions.parse("cuda", []), shapes)
-                       .product.module)
+        product: Product = SemanticModule.from_file(os.path.join(ROOT, path))
+        for stage in STAGES:  # each stage once, on the one before's product
+            product = prepare_through(product, stage, RunOptions.parse("cuda", []),
+                                      shapes).product
+            out.append(product.module)
     return out
 
 

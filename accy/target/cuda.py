@@ -410,23 +410,14 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
-def vector_load(pointer: str, vec: int, el: str) -> tuple[str, str]:
-    """The C type and the expression of one ``vec``-element vector load at ``pointer``
-    (f32: a ``float{vec}``; halves: the words that hold them)."""
-    vt = f"float{vec}" if el == "f32" else HALF_WORDS[vec]
-    return vt, f"__ldg(reinterpret_cast<const {vt}*>({pointer}))"
-
-
-def half_unpack(name: str, vec: int, el: str) -> list[str]:
-    """The lanes of loaded halves ``name`` as floats ``name_0…``."""
-    return [f"const float {name}_{lane} = "
-            f"{half_lanes(_word(name, vec, lane // 2), el)[lane % 2]};" for lane in range(vec)]
-
-
 def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
     """One ``vec``-half vector load at ``pointer``, unpacked to floats ``name_0…``."""
-    vt, load = vector_load(pointer, vec, el)
-    return [f"const {vt} {name} = {load};", *half_unpack(name, vec, el)]
+    vt = HALF_WORDS[vec]
+    lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
+    for lane in range(vec):
+        value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
+        lines.append(f"const float {name}_{lane} = {value};")
+    return lines
 
 
 def half_store(pointer: str, values: list[str], el: str) -> str:
@@ -453,8 +444,8 @@ class _Vectorizer:
         self.loaded: dict[tuple[int, str], str] = {}
         self.args: list[Value] = []
         self.raw: list[tuple[str, str, str]] | None = None
-        """Where set, each vector load goes here as its C type, name and expression (for
-        the caller to place), and only the unpacking of halves into the scope."""
+        """Where set, each f32 vector load goes here as its C type, name and expression,
+        for the caller to place (a prefetch); halves load in the scope as ever."""
 
     def __call__(self, k: int, idx: tuple[str, ...], lane: int) -> str | None:
         name = self.load(k, idx)
@@ -494,20 +485,16 @@ class _Vectorizer:
         key = (k, base)
         if key not in self.loaded:
             name = b.fresh("v")
-            if self.raw is not None:
-                self.raw.append((*vector_load(f"{b.inputs[k]} + ({base})", self.vec, el)[:1],
-                                 name, vector_load(f"{b.inputs[k]} + ({base})", self.vec,
-                                                   el)[1]))
-                if el != "f32":
-                    self.scope_ref[0].lines += half_unpack(name, self.vec, el)
-            elif el == "f32":
-                self.scope_ref[0].lines.append(
-                    f"const float{self.vec} {name} = __ldg(reinterpret_cast<const "
-                    f"float{self.vec}*>"
-                    f"({b.inputs[k]} + ({base})));")
+            pointer = f"{b.inputs[k]} + ({base})"
+            if el != "f32":
+                self.scope_ref[0].lines += half_load(name, pointer, self.vec, el)
             else:
-                self.scope_ref[0].lines += half_load(name, f"{b.inputs[k]} + ({base})",
-                                                     self.vec, el)
+                vt = f"float{self.vec}"
+                load = f"__ldg(reinterpret_cast<const {vt}*>({pointer}))"
+                if self.raw is not None:
+                    self.raw.append((vt, name, load))
+                else:
+                    self.scope_ref[0].lines.append(f"const {vt} {name} = {load};")
             self.loaded[key] = name
         return self.loaded[key]
 

@@ -29,7 +29,6 @@ from accy.preparation.stages import PreparationRequest  # noqa: E402
 from accy.reference import run_reference  # noqa: E402
 
 TOLERANCE = 1e-5
-CUDA = "cuda:sm_90"
 
 # (batch, M, N, D, Dv, form)
 CASES = [((1,), 1, 1, 64, 64, {}), ((2,), 17, 17, 64, 64, {}), ((1,), 128, 128, 64, 64, {}),
@@ -87,18 +86,10 @@ def test_fused_and_unfused_host_kernels_agree_on_the_graph():
 # ----------------------------------------------------------------------- CUDA
 
 
-def cuda_job(sm, opts=()):  # type: ignore[no-untyped-def]
-    return prepare_through(sm, "target", RunOptions.parse(CUDA, list(opts)), {}).product
-
-
-def source(job) -> str:  # type: ignore[no-untyped-def]
-    return job.module.attributes["target.source"].value
-
-
 def test_the_flash_kernel_spells_its_plan():
-    job = cuda_job(attention((512,), 128, 128, 64, 64))
+    job = cuda_on_cpu.target_job(attention((512,), 128, 128, 64, 64))
     (k,) = kernels(job)
-    text = source(job)
+    text = cuda_on_cpu.job_source(job)
     assert "__launch_bounds__(256, 2) k0_attention(" in text
     assert "extern __shared__ __align__(16) float accy_smem[];" in text
     assert "float* Ps = Ks;" in text  # P reuses K's tile
@@ -120,9 +111,9 @@ def test_the_flash_kernel_spells_its_plan():
 
 
 def test_ragged_keys_are_masked_and_fast_math_uses_the_intrinsic():
-    job = prepare_through(attention((2,), 17, 4097, 64, 64), "target",
-                          RunOptions.parse(CUDA, ["target.fast_math=true"]), {}).product
-    text = source(job)
+    job = cuda_on_cpu.target_job(attention((2,), 17, 4097, 64, 64), {},
+                                 ["target.fast_math=true"])
+    text = cuda_on_cpu.job_source(job)
     assert "if (n0 + tx + 16 * c >= 4097) t_ = -INFINITY;" in text
     assert "(n0 + ((tid + 0) / 16) < 4097) ? __ldg(" in text  # the last key tile is ragged
     assert "(i < 17) ? 4 : 0);" in text and "if (live <= 0) return;" in text  # and rows
@@ -138,7 +129,8 @@ VARIANTS = [[], ["kernel.attention_tile_m=128"], ["kernel.attention_tile_n=32"],
 
 @pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: ",".join(o) or "default")
 def test_flash_variants_compile_for_sm_90(opts):
-    text = source(cuda_job(attention((4,), 130, 129, 64, 64), opts))
+    text = cuda_on_cpu.job_source(
+        cuda_on_cpu.target_job(attention((4,), 130, 129, 64, 64), {}, opts))
     assert compile_cuda(text, "sm_90")[:4] == b"\x7fELF"
 
 
@@ -146,9 +138,9 @@ def test_flash_variants_compile_for_sm_90(opts):
                          ids=IDS + ["2-9x40x256x256"])
 def test_flash_shapes_compile_for_sm_90(case):
     batch, m, n, d, dv, form = case
-    job = cuda_job(attention(batch, m, n, d, dv, **form))
+    job = cuda_on_cpu.target_job(attention(batch, m, n, d, dv, **form))
     assert [k.plan.mapping for k in kernels(job)] == ["flash"]
-    assert compile_cuda(source(job), "sm_90")[:4] == b"\x7fELF"
+    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
 
 
 # -------------------------------------------------- the flash kernel on the CPU
@@ -165,11 +157,11 @@ def helpers(text: str, name: str) -> str:
 
 
 def run_flash_on_cpu(sm, opts=()) -> float:  # type: ignore[no-untyped-def]
-    job = cuda_job(sm, opts)
+    job = cuda_on_cpu.target_job(sm, {}, opts)
     (k,) = kernels(job)
     xs = arrays(sm)
     out = np.full(tuple(job.entry().function_type.results[0].shape), np.nan, np.float32)
-    text = source(job)
+    text = cuda_on_cpu.job_source(job)
     cuda_on_cpu.run(text, k.sym_name, k.plan.grid[0], k.plan.block[0], xs + [out],
                     prelude=helpers(text, k.sym_name))
     return rel_err(out, run_reference(sm.module, xs)[0])

@@ -159,10 +159,15 @@ def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
     return blocks if blocks > 1 else 0
 
 
+def _element_names(region: RegionOp) -> set[str]:
+    """The element types of ``region``'s buffers (``""`` for a value that is no tensor)."""
+    types = [v.type for v in region.operands] + list(region.result_types)
+    return {t.element.name if isinstance(t, TensorType) else "" for t in types}
+
+
 def _floats_only(region: RegionOp) -> bool:
     """Every buffer of ``region`` holds f32."""
-    types = [v.type for v in region.operands] + list(region.result_types)
-    return all(isinstance(t, TensorType) and t.element.name == "f32" for t in types)
+    return _element_names(region) == {"f32"}
 
 
 def elementwise_grid(vectors: int, block: int) -> int:
@@ -286,8 +291,7 @@ def _vector_elements(region: RegionOp, width: int) -> int:
     when every buffer holds halves; with f32 buffers beside them the f32 width
     rules (a ``float4`` and a ``uint2`` per access). Other element types: scalar.
     """
-    types = [v.type for v in region.operands] + list(region.result_types)
-    names = {t.element.name if isinstance(t, TensorType) else "" for t in types}
+    names = _element_names(region)
     if width == 1 or not names <= {"f32", "f16", "bf16"}:
         return 1
     return width if "f32" in names else 2 * width
