@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cuda_on_cpu  # noqa: E402
 from stage_programs import graph  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
@@ -27,8 +29,7 @@ CUDA = "cuda:sm_90"
 
 
 def source(sm, shapes, opts=()) -> str:  # type: ignore[no-untyped-def]
-    job = prepare_through(sm, "target", RunOptions.parse(CUDA, list(opts)), shapes).product
-    return job.module.attributes["target.source"].value
+    return cuda_on_cpu.job_source(cuda_on_cpu.target_job(sm, shapes, opts, CUDA))
 
 
 def cubin(text: str) -> bytes:
@@ -327,11 +328,12 @@ HOPPER = "cuda:sm_90a"
 
 
 def target_job(sm, shapes, opts=(), target=HOPPER):  # type: ignore[no-untyped-def]
-    return prepare_through(sm, "target", RunOptions.parse(target, list(opts)), shapes).product
+    """:func:`cuda_on_cpu.target_job` for Hopper unless told."""
+    return cuda_on_cpu.target_job(sm, shapes, opts, target)
 
 
 def hopper_source(sm, shapes, opts=()) -> str:  # type: ignore[no-untyped-def]
-    return target_job(sm, shapes, opts).module.attributes["target.source"].value
+    return cuda_on_cpu.job_source(target_job(sm, shapes, opts))
 
 
 @pytest.mark.parametrize("element", ["bf16", "f16"])

@@ -213,7 +213,7 @@ def test_a_heavy_warpgroup_epilogue_runs_staged_as_the_reference(
     of two consumers). Each output is the reference's value or one of its neighbours in
     the element type (the shim's ``exp2f`` is the host's)."""
     sm = matmul(128, 256, 64, element, batch, True, op="sigmoid")
-    text = target_job(sm, {}).module.attributes["target.source"].value
+    text = cuda_on_cpu.job_source(target_job(sm, {}))
     assert "bar.sync 1, 256;" in text and "#pragma unroll 2" in text
     body = text[text.index("__global__"):]
     # the loop's four lanes, not one a fragment pair (a sigmoid of the half type: its

@@ -64,8 +64,7 @@ def kernel_job(sm, target: str, shapes, opts=()):  # type: ignore[no-untyped-def
 
 
 def target_source(sm, target: str, shapes, opts=()) -> str:  # type: ignore[no-untyped-def]
-    job = prepare_through(sm, "target", RunOptions.parse(target, list(opts)), shapes).product
-    return job.module.attributes["target.source"].value
+    return cuda_on_cpu.job_source(cuda_on_cpu.target_job(sm, shapes, opts, target))
 
 
 def both_builds(sm, target: str, shapes, opts=()):  # type: ignore[no-untyped-def]
