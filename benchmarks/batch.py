@@ -177,27 +177,18 @@ def cold_workers(client: Any) -> None:
 
 def count_compiles() -> None:
     """From now on, in this process, count the NVRTC programs compiled and the kernels
-    they hold (``accy.executable.device._nvrtc`` wrapped once; read by
+    they hold (:func:`accy.executable.device.nvrtc_counts` from zero again; read by
     :func:`compiles_counted`): how many times a batch compiled its sources."""
-    import accy.executable.device as dev
+    from accy.executable.device import nvrtc_counts
 
-    if not hasattr(dev, "_bench_counts"):
-        real = dev._nvrtc
-
-        def counted(source: str, name: str, opts: Any) -> Any:
-            dev._bench_counts[0] += 1  # type: ignore[attr-defined]
-            dev._bench_counts[1] += source.count('extern "C" __global__')  # type: ignore[attr-defined]
-            return real(source, name, opts)
-
-        dev._nvrtc = counted
-    dev._bench_counts = [0, 0]  # type: ignore[attr-defined]
+    nvrtc_counts(reset=True)
 
 
 def compiles_counted() -> list[int]:
     """NVRTC programs and kernels this process compiled since :func:`count_compiles`."""
-    import accy.executable.device as dev
+    from accy.executable.device import nvrtc_counts
 
-    return list(getattr(dev, "_bench_counts", [0, 0]))
+    return list(nvrtc_counts())
 
 
 POOL_GC = [False]

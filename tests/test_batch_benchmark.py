@@ -55,6 +55,6 @@ def test_the_compile_count_sees_each_nvrtc_program_and_its_kernels(batch):
     compile_cuda_parts("", [k.format("b", 2), k.format("c", 3)], "sm_90")  # a program each
     compile_cuda(k.format("d", 4) + k.format("e", 5), "sm_90")  # one program, two kernels
     assert batch.compiles_counted() == [4, 5]
-    batch.count_compiles()  # from zero again, the wrapper not wrapped twice
+    batch.count_compiles()  # from zero again
     compile_cuda(k.format("f", 6), "sm_90")
     assert batch.compiles_counted() == [1, 1]

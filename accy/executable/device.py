@@ -187,10 +187,36 @@ def _saved_source(workspace: str | None, name: str, source: str) -> str | None:
     return path
 
 
+_NVRTC_COUNTS = [0, 0]
+_NVRTC_COUNTS_LOCK = threading.Lock()
+
+
+def nvrtc_counts(*, reset: bool = False) -> tuple[int, int]:
+    """The NVRTC programs this process compiled and the kernels they held (``extern "C"
+    __global__`` in their sources), since it started or the last ``reset``: how many
+    times a batch compiled its sources (``benchmarks/batch.py`` reads it on every
+    worker). ``reset`` starts both from zero again, returning the counts before.
+
+    >>> _ = nvrtc_counts(reset=True)
+    >>> _ = compile_cuda('extern "C" __global__ void k(float* x) { x[0] = 1; }', "sm_90")
+    >>> nvrtc_counts()
+    (1, 1)
+    """
+    with _NVRTC_COUNTS_LOCK:
+        counts = (_NVRTC_COUNTS[0], _NVRTC_COUNTS[1])
+        if reset:
+            _NVRTC_COUNTS[:] = [0, 0]
+    return counts
+
+
 def _nvrtc(source: str, name: str, opts: Sequence[str]) \
         -> tuple[bytes, None] | tuple[bytes, tuple[Exception, str]]:
     """One NVRTC program: its cubin and None, or no bytes and NVRTC's error and log."""
     from cupy_backends.cuda.libs import nvrtc
+
+    with _NVRTC_COUNTS_LOCK:
+        _NVRTC_COUNTS[0] += 1
+        _NVRTC_COUNTS[1] += source.count('extern "C" __global__')
 
     prog = nvrtc.createProgram(source, name, [], [])
     try:
