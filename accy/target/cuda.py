@@ -107,20 +107,9 @@ def _erfc_w_coefficients() -> tuple[float, ...]:
                  for k in range(n))
 
 
-ERFC_HALF_COEFFICIENTS = (7.669694e-06, -0.6287846, -0.0723268, 0.0092913415, 0.027175449,
-                          -0.007150355)
-"""``e_k`` of ``erfc(a) ≈ t·exp(Σ e_k w^k - a²)``, ``w = a·t``, constant term first, for
-:func:`erfc_half_helper`: a degree-5 polynomial fitted to the exact ``log(erfc(a)/t) + a²``
-over ``a`` in [0, 10.06] by Lawson's iteration towards the minimax fit (400,001 points;
-rounded to f32). Relative error below 2^-16.9 in exact arithmetic, a 460th of a bf16 ulp
-and a 57th of an f16 one, in six terms where :func:`_erfc_w_coefficients`' ten hold
-2^-23, which only an f32 result needs."""
-
-
-def _erfc_poly(coefficients: tuple[float, ...] | None = None) -> str:
-    """An erfc polynomial in ``w`` (``coefficients``, constant term first; by default
-    :func:`_erfc_w_coefficients`) as nested ``fmaf``s."""
-    e = coefficients or _erfc_w_coefficients()
+def _erfc_poly() -> str:
+    """The erfc polynomial in ``w`` (:func:`_erfc_w_coefficients`) as nested ``fmaf``s."""
+    e = _erfc_w_coefficients()
     poly = f"{e[-1]!r}f"
     for c in reversed(e[:-1]):
         poly = f"fmaf({poly}, w, {c!r}f)"
@@ -171,14 +160,13 @@ def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
     value that only needs to be right to a small fraction of a half-precision ulp (an
     erfc whose every use reaches a store through products and ends in a cast to f16 or
     bf16: :meth:`accy.target.common.ExprBuilder.half_demand`, as in gelu on half inputs).
-    A polynomial of six terms, not ten (:data:`ERFC_HALF_COEFFICIENTS`), without the
-    Newton step on ``t``, the compensation of the exponent's rounding, or ``expf``'s
-    range reduction: ``exp(s)`` is ``exp2`` (a call on ``s · log2 e``; on CUDA one
-    ``ex2.approx.f32``). About 16 instructions against 40. Relative error at most
-    2^-15 (``tests/target/test_erfc_helper.py``), against a bf16 ulp of 2^-8 and an
-    f16 one of 2^-11."""
+    The same polynomial, without the Newton step on ``t``, the compensation of the
+    exponent's rounding, or ``expf``'s range reduction: ``exp(s)`` is ``exp2`` (a call
+    on ``s · log2 e``; on CUDA one ``ex2.approx.f32``). About 20 instructions against
+    40. Relative error at most 2^-16 (``tests/target/test_erfc_helper.py``), against a
+    bf16 ulp of 2^-8 and an f16 one of 2^-11."""
     return (_erfc_head(qualifier, "accy_erfcf_half", reciprocal) +
-            f"  const float w = a * t, p = {_erfc_poly(ERFC_HALF_COEFFICIENTS)};\n"
+            f"  const float w = a * t, p = {_erfc_poly()};\n"
             f"  float r = t * {exp2}((p - a * a) * 1.44269504f);\n"
             f"  r = a > 10.06f ? 0.0f : r;\n"
             f"  return x < 0.0f ? 2.0f - r : r;\n"
