@@ -189,19 +189,20 @@ class KernelOptions:
     row kernel whose row takes a whole block)."""
     vector_width: int = 4
     """Elements per vector load/store (1, 2 or 4)."""
-    prefetch: bool = True
-    """A thread of an f32 elementwise (``grid-stride``) kernel whose grid leaves it
+    prefetch: bool = False
+    """On, a thread of an f32 elementwise (``grid-stride``) kernel whose grid leaves it
     several vectors loads its next vector before it computes the current one (twice the
-    bytes in flight while the other warps compute; its registers capped, ``max_registers``,
-    so the SM stays full); off, each step of its loop loads, computes and stores one
-    vector. Kernels over halves never prefetch: the extra registers would cost them a
-    block an SM (bias_gelu in bf16: 40 registers to 43, five blocks of 256 for six)."""
+    bytes in flight); off, each step of its loop loads, computes and stores one vector.
+    Kernels over halves never prefetch (bias_gelu in bf16: 40 registers to 43, five
+    blocks of 256 an SM for six). Off by default: on an H100 it made no f32 program
+    faster and the elementwise chain 8 % slower (RESULTS.md, kernels, twenty-fifth
+    session)."""
     max_registers: int = 0
     """Registers a thread of an elementwise or row kernel may take: its
     ``__launch_bounds__`` asks for ``65536 / (threads · max_registers)`` blocks an SM
-    (32 to 255; 255: no cap). 0 picks: 32, a full SM of 2048 threads, where the
-    kernel holds few values (an f32 elementwise kernel, a block-per-row kernel holding
-    at most 8 registers of its row), else no cap
+    (32 to 255; 0 or 255: no cap, ptxas takes what it likes). A cap of 32 gives a full
+    SM of 2048 threads; it made no program faster on an H100, nor did 64 for the half
+    row kernels (RESULTS.md, kernels, twenty-fifth session)
     (:func:`accy.preparation.passes.kernel.min_blocks`)."""
     rows_per_block: int = 0
     """Rows per block for row kernels; 0 picks (a warp per row for short rows)."""
@@ -334,7 +335,7 @@ class KernelOptions:
         if self.vector_width not in (1, 2, 4):
             raise OptionError(f"kernel.vector_width must be 1, 2 or 4, got {self.vector_width}")
         if self.max_registers and not 32 <= self.max_registers <= 255:
-            raise OptionError(f"kernel.max_registers must be 0 (picked) or 32 to 255, got "
+            raise OptionError(f"kernel.max_registers must be 0 (no cap) or 32 to 255, got "
                               f"{self.max_registers}")
         if self.rows_per_block < 0:
             raise OptionError("kernel.rows_per_block must be >= 0")

@@ -590,20 +590,21 @@ def test_a_half_mean_of_everything_is_split_without_an_f32_copy():
 
 
 @pytest.mark.parametrize("name,element,opts,threads,blocks", [
-    ("dynamic", None, (), 512, 4),                    # 8 registers of its row: a full SM
-    ("elementwise_chain", None, (), 256, 8),          # f32 elementwise: a full SM
-    ("rmsnorm", "bf16", (), 256, 8),                  # 16 halves: 8 registers
-    ("layernorm", "bf16", (), 128, 0),                # 32 halves a thread: no cap
-    ("softmax", "f16", (), 128, 0),                   # 32 halves a thread: no cap
-    ("softmax", None, ("kernel.block_size=1024", "kernel.rows_per_block=4"), 128, 0),  # warp-per-row
-    ("bias_gelu", "bf16", (), 256, 0),                # halves elementwise: no cap
+    ("dynamic", None, (), 512, 0),                    # no cap unless asked
+    ("elementwise_chain", None, (), 256, 0),
+    ("layernorm", "bf16", (), 128, 0),
+    ("dynamic", None, ("kernel.max_registers=32",), 512, 4),   # a full SM
+    ("elementwise_chain", None, ("kernel.max_registers=32",), 256, 8),
+    ("layernorm", "bf16", ("kernel.max_registers=64",), 128, 8),
+    ("softmax", None, ("kernel.block_size=1024", "kernel.rows_per_block=4",
+                       "kernel.max_registers=64"), 128, 8),  # warp-per-row too
     ("dynamic", None, ("kernel.max_registers=40",), 512, 3),
     ("dynamic", None, ("kernel.max_registers=255",), 512, 0),
 ])
-def test_kernels_holding_few_values_ask_for_a_full_sm(name, element, opts, threads, blocks):
-    """``min_blocks``: where a kernel holds few values its registers are capped at 32 (a
-    full SM of 2048 threads); ``kernel.max_registers`` sets the cap, 255 none. The
-    rendered ``__launch_bounds__`` carries the number."""
+def test_kernel_max_registers_caps_a_thread(name, element, opts, threads, blocks):
+    """``min_blocks``: ``kernel.max_registers`` caps an elementwise or row kernel's
+    registers (blocks an SM must hold: 65536 / (threads · cap)); 0, the default, and
+    255 leave ptxas alone. The rendered ``__launch_bounds__`` carries the number."""
     sm = graph(name, element)
     shapes = {i: tuple(8192 if d is None and len(s) == 2 and i < 2 else d for d in s)
               for i, s in graph_shapes(sm, 4096).items()}

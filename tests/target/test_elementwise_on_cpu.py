@@ -64,10 +64,10 @@ def test_a_ragged_pipelined_kernel_matches_the_reference_on_the_cpu(
         element: str, cols: int, vec: int) -> None:
     """37 rows in blocks of 32 threads: 131350 vectors (of 4 floats, of 8 halves with
     their ops packed) over 4096 blocks leave 278 threads two vectors and the others one;
-    the f32 kernel prefetches, the one over halves and the one at 14199 columns (no
-    vectors) run the plain loop."""
+    with ``kernel.prefetch`` on, the f32 kernel prefetches, the one over halves and the
+    one at 14199 columns (no vectors) run the plain loop."""
     rows = 37
-    sm, job, k = chain_job(element, rows, cols, ("kernel.block_size=32",))
+    sm, job, k = chain_job(element, rows, cols, ("kernel.block_size=32", "kernel.prefetch=true"))
     assert k.plan.vector_width == vec
     assert k.plan.items == (2 if vec > 1 and element == "f32" else 1)
     assert (k.plan.packed_ops != "") == (element != "f32" and vec > 1)

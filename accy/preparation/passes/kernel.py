@@ -9,8 +9,8 @@ plan, per kind, for CUDA:
   bf16) and the innermost dimension divides: 4 f32 or 8 halves an access,
   math in f32, but for the half ops the arch runs two lanes an instruction:
   ``packed_ops``), ``block_size`` threads, a vector a thread up to 4096 blocks, then
-  two (at most 16384 blocks: :func:`elementwise_grid`), a thread loading its next
-  vector before it computes the current one (``prefetch``);
+  two (at most 16384 blocks: :func:`elementwise_grid`; with ``prefetch`` a thread
+  loads its next vector before it computes the current one);
 - rows: a **block per row** (a warp per row when a row is short: at most
   ``32 · vector_width · 8`` elements), each thread owning the same columns in
   every phase, so inputs read at their own element are **cached in
@@ -99,8 +99,8 @@ program ran 14–17 % faster, layernorm 1 % faster, rmsnorm (one reduction) 0.5 
 MIN_GRID_BLOCKS = 4096
 MAX_GRID_BLOCKS = 16384
 """An elementwise grid: a vector a thread up to ``MIN_GRID_BLOCKS`` blocks, then two
-vectors a thread (a grid-stride loop of two steps, the second vector's loads issued
-before the first is computed: ``prefetch``), at most ``MAX_GRID_BLOCKS``. On the
+vectors a thread (a grid-stride loop of two steps; with ``prefetch`` the second
+vector's loads are issued before the first is computed), at most ``MAX_GRID_BLOCKS``. On the
 H200 (256 threads, three sizes of four programs in f32 and bf16, RESULTS.md "Eleventh
 session") a grid of at most 4096 blocks left 1–5 % of the copy rate behind at 8192×4096
 and larger, a vector a thread lost 1–7 % from 8192 rows of 4096 up, and this rule was
@@ -121,41 +121,30 @@ is picked (:func:`column_split`)."""
 
 SM_REGISTERS = 65536
 """32-bit registers of an SM (every CUDA arch accy targets)."""
-FULL_SM_REGISTERS = 32
-"""Registers a thread may take for an SM to hold 2048 threads (the most it runs)."""
 MAX_REGISTERS = 255
 """The most registers a thread may have: ``kernel.max_registers`` at this is no cap."""
-FEW_HELD_REGISTERS = 8
-"""The most registers of its row a row kernel's thread holds where its registers are
-capped at :data:`FULL_SM_REGISTERS` (:func:`min_blocks`)."""
 
 
-def min_blocks(threads: int, max_registers: int, few_values: bool) -> int:
+def min_blocks(threads: int, max_registers: int) -> int:
     """The blocks of ``threads`` an SM must hold at once (``__launch_bounds__``' second
-    number, 0: none): where ``max_registers`` (the option) is given, as many as leave a
-    thread that many registers; else, for a kernel that holds ``few_values`` (an f32
-    elementwise kernel, a block-per-row kernel holding at most
-    :data:`FEW_HELD_REGISTERS` of its row), a full SM (:data:`FULL_SM_REGISTERS` a
-    thread). A warp-per-row kernel is left alone: its row is short, and one whose body
-    is long (``all_ops``' first) spilled at 32.
+    number, 0: none) for a thread to take at most ``max_registers`` (the option; 0 or
+    :data:`MAX_REGISTERS`: no cap, ptxas takes what it likes).
 
-    Without a cap ptxas takes what it likes: at 33 to 40 registers a thread an SM holds
-    three blocks of 512 threads (six of 256), not four (eight). Capped at 32 (NVRTC 13.5,
-    ``sm_90a``, the benchmark's shapes), the f32 dynamic row program (33 registers
-    uncapped) and the bf16/f16 rmsnorm (40) compile without spilling, as do the other
-    f32 row and elementwise kernels of ``graphs/``; the half row kernels holding 16
-    registers of their row or more spill 24 to 280 bytes, residual_norm f32 (two cached
-    rows) 12 (RESULTS.md, kernels, "Twenty-fourth session").
+    A cap was the default for f32 elementwise kernels and row kernels holding few values
+    of their row in the twenty-fourth session (32 registers, a full SM: ptxas gave the
+    f32 dynamic program 33, three blocks of 512 an SM for four). Timed on an H100 in the
+    twenty-fifth session it made no program faster, nor did 64 for the half row kernels
+    (71 registers for layernorm bf16), so no kernel is capped unless asked (RESULTS.md,
+    kernels, "Twenty-fifth session").
 
-    >>> min_blocks(512, 0, True), min_blocks(256, 0, True), min_blocks(256, 0, False)
+    >>> min_blocks(512, 32), min_blocks(256, 32), min_blocks(256, 0)
     (4, 8, 0)
-    >>> min_blocks(256, 40, False), min_blocks(128, 255, True), min_blocks(128, 254, True)
+    >>> min_blocks(256, 40), min_blocks(128, 255), min_blocks(128, 254)
     (6, 0, 2)
     """
-    registers = max_registers or (FULL_SM_REGISTERS if few_values else 0)
-    if not registers or registers >= MAX_REGISTERS:
+    if not max_registers or max_registers >= MAX_REGISTERS:
         return 0
-    blocks = SM_REGISTERS // (threads * registers)
+    blocks = SM_REGISTERS // (threads * max_registers)
     return blocks if blocks > 1 else 0
 
 
@@ -489,8 +478,8 @@ class PlanKernels(Pass):
     column_split: int = KernelOptions.column_split
     """Threads sharing a ``thread-per-row`` row (0: :func:`column_split` picks)."""
     max_registers: int = KernelOptions.max_registers
-    """Registers an elementwise or row kernel's thread may take (0: :func:`min_blocks`
-    picks)."""
+    """Registers an elementwise or row kernel's thread may take (0: no cap;
+    :func:`min_blocks`)."""
     prefetch: bool = KernelOptions.prefetch
     """An f32 ``grid-stride`` thread with several vectors loads its next before computing
     the current (plan ``items`` 2)."""
@@ -544,8 +533,8 @@ class PlanKernels(Pass):
             vec = width if (aligned and it and it[-1] % width == 0) else 1
             blocks = elementwise_grid(math.ceil(n / vec), bs)
             floats = _floats_only(region)
-            # prefetch where the register cap keeps the SM full (f32); a half kernel's
-            # extra registers would cost it a block an SM (bias_gelu bf16: 40 to 43)
+            # f32 only: a half kernel's extra registers would cost it a block an SM
+            # (bias_gelu bf16: 40 to 43)
             items = 2 if self.prefetch and floats and vec > 1 and blocks * bs * vec < n else 1
             plan: dict[str, object] = {
                 "mapping": "grid-stride", "block": (bs, 1, 1), "grid": (blocks, 1, 1),
@@ -553,7 +542,7 @@ class PlanKernels(Pass):
             packed = _packed_ops(region, self.sm) if vec > 1 else ""
             if packed:
                 plan["packed_ops"] = packed
-            plan["min_blocks"] = min_blocks(bs, self.max_registers, floats)
+            plan["min_blocks"] = min_blocks(bs, self.max_registers)
             return plan
         if kind == "rows":
             rows, cols = math.prod(it[:-1]) if len(it) > 1 else 1, it[-1]
@@ -594,13 +583,11 @@ class PlanKernels(Pass):
             # reductions of no element give their identities
             items = max(1, math.ceil(cols / (per_row * vec)))
             cached = _cached_inputs(region) if items * vec <= MAX_CACHED_PER_THREAD else ()
-            held = items * vec * len(cached) * _row_element_bytes(region) // 4
             return {"mapping": "warp-per-row" if warp else "block-per-row", "block": block,
                     "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
                     "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
                     "cached_inputs": cached,
-                    "min_blocks": min_blocks(block[0], self.max_registers,
-                                             not warp and held <= FEW_HELD_REGISTERS)}
+                    "min_blocks": min_blocks(block[0], self.max_registers)}
         # matmul
         mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
         out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
