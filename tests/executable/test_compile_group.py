@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
-from stage_programs import graph  # noqa: E402
+from stage_programs import graph, matmul  # noqa: E402
 
 from accy.executable.compile import (  # noqa: E402
     BINARIES,
@@ -70,9 +70,6 @@ def test_a_broken_unit_fails_alone() -> None:
 def test_warpgroup_fragments_share_a_program_too() -> None:
     """sm_90a units (TMA tensor-map parameters of a namespaced struct type, mbarriers,
     dynamic shared memory) compile side by side with a row kernel."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "target"))
-    from test_cuda_kernels import matmul
-
     hopper = RunOptions.parse("cuda:sm_90a", [])
     jobs = [prepare_through(matmul(256, 256, 128, "bf16"), "target", hopper, {}).product,
             prepare_through(matmul(256, 512, 128, "f16", (), True), "target", hopper,

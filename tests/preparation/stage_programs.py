@@ -42,6 +42,22 @@ def offset_matmul(m: int, k: int, n: int) -> SemanticModule:
     "func.return"(%2, %3) : ({c}, tensor<3xf32>) -> ()""")
 
 
+def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
+           epilogue: bool = False, op: str = "relu") -> SemanticModule:
+    """``a @ b``, or with ``epilogue`` ``op(a @ b + bias)`` (a row vector of n)."""
+    pre = "".join(f"{d}x" for d in batch)
+    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
+               f"tensor<{pre}{m}x{n}x{element}>")
+    v = f"tensor<{n}x{element}>"
+    body = f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
+    if epilogue:
+        body += (f'    %1 = "semantic.add"(%0, %a2) : ({c}, {v}) -> {c}\n'
+                 f'    %2 = "semantic.{op}"(%1) : ({c}) -> {c}\n'
+                 f'    "func.return"(%2) : ({c}) -> ()')
+        return program([a, b, v], [c], body)
+    return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
+
+
 def graph(name: str, element: str | None = None) -> SemanticModule:
     """``graphs/<name>.mlir`` (every f32 tensor made ``element`` when given)."""
     path = GRAPHS[0].parent / f"{name}.mlir"

@@ -223,6 +223,13 @@ extern "C" void accy_run(void** b, int threads) {{
         lib.accy_run(ptrs, threads)
 
 
+HOPPER = "cuda:sm_90a"
+"""The arch-specific target (what ``--target cuda`` is on a Hopper GPU): warpgroups."""
+
+MMA_SYNC = ("kernel.wgmma=false",)
+"""On sm_90 the warpgroup kernel is the default; these tests ask for ``mma.sync``."""
+
+
 def target_job(sm, shapes=None, opts=(), target: str = "cuda:sm_90"):  # type: ignore[no-untyped-def]
     """``sm`` prepared through the target stage for ``target`` (shapes bound, options
     as the CLI spells them): the job whose source and launches :func:`run_job` runs."""

@@ -18,7 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_on_cpu  # noqa: E402
-from stage_programs import graph  # noqa: E402
+from cuda_on_cpu import HOPPER, MMA_SYNC  # noqa: E402
+from stage_programs import graph, matmul  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.executable.device import compile_cuda  # noqa: E402
@@ -269,28 +270,6 @@ def test_every_graph_in_half_precision_compiles(element: str, name: str) -> None
 # ------------------------------------------------------------ tensor-core matmul
 
 
-def matmul(m: int, n: int, k: int, element: str, batch: tuple[int, ...] = (),
-           epilogue: bool = False, op: str = "relu"):  # type: ignore[no-untyped-def]
-    """``a @ b``, or with ``epilogue`` ``op(a @ b + bias)`` (a row vector of n)."""
-    from stage_programs import program
-
-    pre = "".join(f"{d}x" for d in batch)
-    a, b, c = (f"tensor<{pre}{m}x{k}x{element}>", f"tensor<{pre}{k}x{n}x{element}>",
-               f"tensor<{pre}{m}x{n}x{element}>")
-    v = f"tensor<{n}x{element}>"
-    body = f'    %0 = "semantic.matmul"(%a0, %a1) : ({a}, {b}) -> {c}\n'
-    if epilogue:
-        body += (f'    %1 = "semantic.add"(%0, %a2) : ({c}, {v}) -> {c}\n'
-                 f'    %2 = "semantic.{op}"(%1) : ({c}) -> {c}\n'
-                 f'    "func.return"(%2) : ({c}) -> ()')
-        return program([a, b, v], [c], body)
-    return program([a, b], [c], body + f'    "func.return"(%0) : ({c}) -> ()')
-
-
-MMA_SYNC = ("kernel.wgmma=false",)
-"""On sm_90 the warpgroup kernel is the default; these tests ask for ``mma.sync``."""
-
-
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_tensor_core_matmul_spells_its_plan(element: str) -> None:
     text = source(matmul(256, 256, 128, element), {}, MMA_SYNC)
@@ -321,10 +300,6 @@ def test_the_mlp_block_in_bf16_runs_both_matmuls_on_tensor_cores() -> None:
 
 
 # ------------------------------------------------------ Hopper warpgroup matmuls
-
-
-HOPPER = "cuda:sm_90a"
-"""The arch-specific target (what ``--target cuda`` is on a Hopper GPU): warpgroups."""
 
 
 def target_job(sm, shapes, opts=(), target=HOPPER):  # type: ignore[no-untyped-def]

@@ -25,8 +25,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_on_cpu  # noqa: E402
-from stage_programs import graph  # noqa: E402
-from test_cuda_kernels import HOPPER, MMA_SYNC, matmul, target_job  # noqa: E402
+from cuda_on_cpu import HOPPER, MMA_SYNC  # noqa: E402
+from stage_programs import graph, matmul  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.reference import run_reference  # noqa: E402
@@ -157,7 +157,7 @@ def run_epilogue(sm, target: str, opts: tuple[str, ...], element: str) \
         -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
     """The epilogue of the program's matmul kernels on the CPU, each from the f32 matmul
     of its (exact) inputs, against the reference; the outputs and the reference's."""
-    job = target_job(sm, {}, opts, target)
+    job = cuda_on_cpu.target_job(sm, {}, opts, target)
     text = job.module.attributes["target.source"].value
     ks = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     rng = np.random.default_rng(0)
@@ -213,7 +213,7 @@ def test_a_heavy_warpgroup_epilogue_runs_staged_as_the_reference(
     of two consumers). Each output is the reference's value or one of its neighbours in
     the element type (the shim's ``exp2f`` is the host's)."""
     sm = matmul(128, 256, 64, element, batch, True, op="sigmoid")
-    text = cuda_on_cpu.job_source(target_job(sm, {}))
+    text = cuda_on_cpu.job_source(cuda_on_cpu.target_job(sm, {}, (), HOPPER))
     assert "bar.sync 1, 256;" in text and "#pragma unroll 2" in text
     body = text[text.index("__global__"):]
     # the loop's four lanes, not one a fragment pair (a sigmoid of the half type: its
@@ -229,7 +229,7 @@ def test_the_mlp_block_in_bf16_packs_its_epilogue_pairs() -> None:
     """Both matmuls of the bf16 MLP block: gelu's and the bias's results rounded per
     element, then packed — the gelu kernel's staged loop stores four columns as two
     words, the bias kernel a fragment's pair of columns as one."""
-    job = target_job(graph("mlp", "bf16"), {0: (4096, 256)})
+    job = cuda_on_cpu.target_job(graph("mlp", "bf16"), {0: (4096, 256)}, (), HOPPER)
     text = job.module.attributes["target.source"].value
     assert text.count("= make_uint2(accy_pack_bf2(") == 1
     assert text.count("= accy_pack_bf2(") == 1
@@ -242,7 +242,7 @@ def test_a_warpgroup_tile_of_two_slices_writes_both(epilogue: bool) -> None:
     """256 rows a block: each consumer warpgroup holds two 64-row slices (two sets of
     accumulator registers), each stored at its own rows."""
     sm = matmul(256, 256, 64, "f16", (), epilogue)
-    job = target_job(sm, {}, ("kernel.wgmma_tile_m=256",))
+    job = cuda_on_cpu.target_job(sm, {}, ("kernel.wgmma_tile_m=256",), HOPPER)
     assert job.module.attributes["target.source"].value.count(".reg .f32 accy_d1_<") == 1
     got, want = run_epilogue(sm, HOPPER, ("kernel.wgmma_tile_m=256",), "f16")
     for g, w in zip(got, want, strict=True):
