@@ -223,6 +223,16 @@ extern "C" void accy_run(void** b, int threads) {{
         lib.accy_run(ptrs, threads)
 
 
+def sweep(tmp_path, program: str, helper: str) -> str:  # type: ignore[no-untyped-def]
+    """What ``program`` with ``helper`` in it prints, built by the host C compiler
+    (no FMA contraction, as NVRTC builds accy's units)."""
+    src, exe = tmp_path / "sweep.c", tmp_path / "sweep"
+    src.write_text(program.replace("@HELPER@", helper))
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
+                   check=True)
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+
+
 HOPPER = "cuda:sm_90a"
 """The arch-specific target (what ``--target cuda`` is on a Hopper GPU): warpgroups."""
 

@@ -6,9 +6,13 @@ states. The GPU tests check the device build against the reference."""
 from __future__ import annotations
 
 import shutil
-import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_on_cpu import sweep  # noqa: E402
 
 from accy.target.cuda import erfc_half_helper, erfc_helper
 
@@ -41,16 +45,6 @@ int main(void) {
   return 0;
 }
 """
-
-
-def sweep(tmp_path, program: str, helper: str) -> str:  # type: ignore[no-untyped-def]
-    """What ``program`` with ``helper`` in it prints, built by the host C compiler
-    (no FMA contraction, as NVRTC builds accy's units)."""
-    src, exe = tmp_path / "sweep.c", tmp_path / "sweep"
-    src.write_text(program.replace("@HELPER@", helper))
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", str(src), "-o", str(exe), "-lm"],
-                   check=True)
-    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_erfc_helper import sweep  # noqa: E402
+from cuda_on_cpu import sweep  # noqa: E402
 
 from accy.target.cuda import exp_half_helper, hscale_helper, sigmoid_half_helper  # noqa: E402
 
@@ -119,7 +119,7 @@ int main(void) {
 
 
 def build_and_run(tmp_path, program: str) -> str:  # type: ignore[no-untyped-def]
-    """What ``program`` prints with the three helpers in it (:func:`test_erfc_helper.sweep`
+    """What ``program`` prints with the three helpers in it (:func:`cuda_on_cpu.sweep`
     builds it as NVRTC builds accy's units: no FMA contraction)."""
     return sweep(tmp_path, program, "\n".join([
         exp_half_helper("static inline", "exp2f"), hscale_helper("static inline"),
