@@ -36,7 +36,7 @@ import accy.distributed as ad
 from accy.dashboard.report import write_html_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_http import fake_refresh  # noqa: E402
+from fake_batch import fake_refresh  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium")
