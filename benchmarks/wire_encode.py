@@ -38,11 +38,11 @@ def products() -> list[Any]:
     from accy.preparation.products import Product, SemanticModule
 
     out = []
+    options = RunOptions.parse("cuda", [])
     for path, shapes in PROGRAMS:
         product: Product = SemanticModule.from_file(os.path.join(ROOT, path))
         for stage in STAGES:  # each stage once, on the one before's product
-            product = prepare_through(product, stage, RunOptions.parse("cuda", []),
-                                      shapes).product
+            product = prepare_through(product, stage, options, shapes).product
             out.append(product.module)
     return out
 

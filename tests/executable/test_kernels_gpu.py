@@ -131,7 +131,6 @@ def run_module(sm, arrays, options=(), target: str = "cuda") -> float:  # type: 
                                          (129, 130, 33, ())])
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_half_matmuls(element: str, m: int, n: int, k: int, batch, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
-
     rng = np.random.default_rng(m * n + k)
     shapes = [batch + (m, k), batch + (k, n)] + ([(n,)] if epilogue else [])
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -145,7 +144,6 @@ def test_half_matmuls(element: str, m: int, n: int, k: int, batch, epilogue: boo
                                   ("kernel.mma_tile_m=64", "kernel.mma_tile_n=64",
                                    "kernel.mma_tile_k=64")])
 def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
-
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 512), (512, 384), (384,)]]
     err = run_module(matmul(256, 384, 512, "bf16", (), True), arrays,
@@ -163,7 +161,6 @@ def test_tensor_core_variants(opts) -> None:  # type: ignore[no-untyped-def]
 def test_warpgroup_variants(element: str, opts) -> None:  # type: ignore[no-untyped-def]
     """The sm_90 warpgroup kernel at each tile width and pipeline depth, with a batch,
     a fused epilogue, and K from one stage (64) to more stages than the pipeline."""
-
     # (2560 × 1024: 20 × 8 tiles of 128, more than a wave, grouped by 16, 3 or 4 rows
     # of tiles with a last short group; 10 rows of 256-row tiles)
     for (m, n, k, batch) in ((256, 512, 640, ()), (256, 256, 64, (2,)), (768, 768, 128, ()),
@@ -211,7 +208,6 @@ def matmul_plan(sm, options=()) -> dict:  # type: ignore[no-untyped-def]
 def test_f32_matmuls(m: int, n: int, k: int, batch, mapping: str, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
     """f32 matmuls on the register-blocked FFMA kernel where the shapes divide its tiles
     (plain stores or the fused bias + relu), the generic tiles where they do not."""
-
     sm = matmul(m, n, k, "f32", batch, epilogue)
     assert matmul_plan(sm)["mapping"] == mapping
     rng = np.random.default_rng(m * n + k)
@@ -225,7 +221,6 @@ def test_f32_matmuls(m: int, n: int, k: int, batch, mapping: str, epilogue: bool
                                    (64, 64, 16), (128, 128, 8)])
 @pytest.mark.parametrize("epilogue", [False, True])
 def test_ffma_tile_variants(tiles, epilogue: bool) -> None:  # type: ignore[no-untyped-def]
-
     tm, tn, tk = tiles
     opts = [f"kernel.ffma_tile_m={tm}", f"kernel.ffma_tile_n={tn}", f"kernel.ffma_tile_k={tk}"]
     sm = matmul(256, 384, 512, "f32", (2,), epilogue)
@@ -239,7 +234,6 @@ def test_ffma_tile_variants(tiles, epilogue: bool) -> None:  # type: ignore[no-u
 
 @pytest.mark.parametrize("unroll", [1, 2, 4, 16])
 def test_ffma_unroll_variants(unroll: int) -> None:
-
     opts = ["kernel.ffma_tile_k=16", f"kernel.ffma_unroll={unroll}"]
     sm = matmul(256, 384, 512, "f32", (2,), True)
     rng = np.random.default_rng(6)
