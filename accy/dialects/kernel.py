@@ -89,7 +89,8 @@ class KernelPlan:
     grid: tuple[int, ...]
     """Blocks per grid (x, y, z)."""
     vector_width: int = 1
-    """Elements per vector load/store."""
+    """Elements per vector load/store. ``thread-per-row``: the neighbouring rows a thread
+    owns (rows that are columns in memory: its vector reads one element of each)."""
     shared_bytes: int = 0
     """Static shared memory the kernel uses."""
     dynamic_shared: int = 0
@@ -106,8 +107,9 @@ class KernelPlan:
     ``grid-stride``: 2 where a thread loads its next vector before it computes the
     current one (its loop pipelined), else 1.
     ``thread-per-row``: ``block / rows_per_block`` threads share a row (thread ``i``
-    walks row ``i % rows_per_block`` from element ``i / rows_per_block``, every
-    ``block / rows_per_block``-th), their reductions combined through shared memory."""
+    walks rows ``vector_width · (i % rows_per_block)`` and the ``vector_width - 1`` after
+    it from element ``i / rows_per_block``, every ``block / rows_per_block``-th), their
+    reductions combined through shared memory."""
     cached_inputs: tuple[int, ...] = ()
     """Row kernels: inputs held in registers across the row's passes."""
     aliased_params: tuple[int, ...] = ()

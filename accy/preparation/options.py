@@ -211,6 +211,14 @@ class KernelOptions:
     axis 0: ``thread-per-row``), each walking every ``column_split``-th element, their
     reductions combined through shared memory (1, 2, 4 or 8; 0 picks by row length:
     :func:`accy.preparation.passes.kernel.column_split`)."""
+    column_vector: int = 1
+    """Neighbouring rows a ``thread-per-row`` thread owns (rows that are columns in
+    memory: a softmax over axis 0), read and written as one vector of that many elements
+    at each step of its row (1, 2, 4 or 8; at most 16 bytes; 0 picks: 16 bytes, the
+    values a thread holds kept to ``MAX_THREAD_CACHED``). Where the rows' innermost
+    extent does not divide it, a buffer is not aligned to it or an element is no float,
+    one row a thread. 1 by default until a GPU run says otherwise
+    (:func:`accy.preparation.passes.kernel.column_vector`)."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
@@ -342,6 +350,9 @@ class KernelOptions:
         if self.column_split not in (0, 1, 2, 4, 8):
             raise OptionError(f"kernel.column_split must be 0 (by row), 1, 2, 4 or 8, got "
                               f"{self.column_split}")
+        if self.column_vector not in (0, 1, 2, 4, 8):
+            raise OptionError(f"kernel.column_vector must be 0 (picked), 1, 2, 4 or 8, got "
+                              f"{self.column_vector}")
 
     def _check_attention_tiles(self) -> None:
         for n in ("attention_tile_m", "attention_tile_n"):

@@ -646,11 +646,15 @@ class _RowEmitter:
         plan = k.plan
         self.shape = plan.iteration
         self.rows, self.cols = plan.rows, plan.cols
-        self.vec = plan.vector_width
         self.items = plan.items
         self.warp = plan.mapping == "warp-per-row"
         self.alone = plan.mapping == "thread-per-row"
         """A thread per row (or ``split``), walking it alone: no shuffles."""
+        self.vec = 1 if self.alone else plan.vector_width
+        """Neighbouring elements of a row one access reads (a vector along the row)."""
+        self.rvec = plan.vector_width if self.alone else 1
+        """``thread-per-row``: neighbouring rows a thread owns (a vector across rows: the
+        rows are columns in memory), its lanes ``0 … rvec-1``."""
         self.split = plan.block[0] // plan.rows_per_block if self.alone else 1
         """``thread-per-row``: threads sharing a row, every split-th element each, their
         reductions combined through shared memory."""
@@ -659,19 +663,21 @@ class _RowEmitter:
         self.lines: list[str] = []
         self.head = [f"extern \"C\" __global__ void {launch_bounds(plan)} "
                      f"{k.sym_name}({', '.join(params)}) {{"]
+        times = f" * {self.rvec}" if self.rvec > 1 else ""
         if self.alone and self.split > 1:
             # every thread reaches the barriers: one past the last row reads the last
             # row again (accy_rows > 0: the plan's rows) and stores nothing
             rpb = plan.rows_per_block
             self.head += [f"  const int t = threadIdx.x / {rpb};",
-                          f"  const long long accy_r = (long long)blockIdx.x * {rpb} + "
-                          f"threadIdx.x % {rpb};",
+                          f"  const long long accy_r = ((long long)blockIdx.x * {rpb} + "
+                          f"threadIdx.x % {rpb}){times};",
                           "  const bool accy_live = accy_r < accy_rows;",
-                          "  const long long row = accy_live ? accy_r : accy_rows - 1;",
-                          f"  __shared__ double accy_sh[{plan.block[0]}];"]
+                          "  const long long row = accy_live ? accy_r : accy_rows - "
+                          f"{self.rvec};",
+                          f"  __shared__ double accy_sh[{plan.block[0] * self.rvec}];"]
         elif self.alone:
-            self.head += [f"  const long long row = (long long)blockIdx.x * {plan.block[0]}"
-                          " + threadIdx.x;",
+            self.head += [f"  const long long row = ((long long)blockIdx.x * {plan.block[0]}"
+                          f" + threadIdx.x){times};",
                           "  const int t = 0;",
                           "  if (row >= accy_rows) return;"]
         elif self.warp:
@@ -682,15 +688,29 @@ class _RowEmitter:
         else:
             self.head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
                           "  __shared__ double accy_sh[32];"]
-        pre, self.rnames = decompose("row", self.shape[:-1], "r") if len(self.shape) > 1 \
-            else ([], ())
-        self.head += ["  " + p for p in pre]
         col = f"c+{LANE}" if self.vec > 1 else "c"
-        self.ident = tuple(self.rnames) + (col,)
+        self.row_names = ["row"] + [f"row_{r}" for r in range(1, self.rvec)]
+        """The (flat) row of each of this thread's row lanes."""
+        self.lane_rnames: list[tuple[str, ...]] = []
+        """The row's index names, a row lane each."""
+        for r, name in enumerate(self.row_names):
+            if r:  # the rows' innermost extent divides rvec: no lane crosses into the next
+                self.head.append(f"  const long long {name} = row + {r};")
+            pre, names = decompose(name, self.shape[:-1], f"l{r}r" if r else "r") \
+                if len(self.shape) > 1 else ([], ())
+            self.head += ["  " + p for p in pre]
+            self.lane_rnames.append(tuple(names))
+        self.rnames = self.lane_rnames[0]
+        self.idents = [names + (col,) for names in self.lane_rnames]
+        """This thread's element index, a row lane each (``c`` the column loop's)."""
+        self.ident = self.idents[0]
+        self.lane_bound: dict[Value, list[str]] = {}
+        """Values the kernel computed once a row (reductions), a name a row lane each:
+        :meth:`_lane` binds the lane's."""
         self.regs: dict[int, str] = {}
         """Cached input → its register array."""
-        self.reg_index: dict[int, tuple[str, ...]] = {}
-        """Cached input → the index of it this thread's element reads (the element
+        self.reg_index: dict[int, list[tuple[str, ...]]] = {}
+        """Cached input → the index of it each row lane's element reads (the element
         itself, or its place through the one ``prim.transpose`` that reads it)."""
         self.outer = Scope(self.lines)
         self.scope_ref = [self.outer]
@@ -710,12 +730,26 @@ class _RowEmitter:
 
     def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
         """Loads of a cached input at this thread's element read its registers."""
-        if kidx in self.regs and idx == self.reg_index[kidx]:
+        if kidx in self.regs and idx in self.reg_index[kidx]:
             name = self.regs[kidx]
+            if self.rvec > 1:
+                return f"{name}[j][{self.reg_index[kidx].index(idx)}]"
             if self.vec > 1 and elem_of(self.k.body.args[kidx]) != "f32":
                 return f"{name}[j][{lane}]"
             return f"{name}[j]" if self.vec == 1 else f"{name}[j].{LANES[lane]}"
         return self.vz(kidx, idx, lane)
+
+    def _lane(self, r: int) -> None:
+        """Bind the once-a-row values of row lane ``r``."""
+        for v, names in self.lane_bound.items():
+            self.b.bound[v] = names[r]
+
+    def _rows_contiguous(self, idx: list[tuple[str, ...]]) -> bool:
+        """Whether the row lanes' indices ``idx`` (of one buffer, in its own axes) are
+        neighbouring addresses: they differ in the last axis only, there the lanes' own
+        innermost row."""
+        return all(i[:-1] == idx[0][:-1] and i[-1:] == names[-1:]
+                   for i, names in zip(idx, self.lane_rnames))
 
     def emit(self) -> tuple[str, list[str]]:
         self.declare_registers()
@@ -752,12 +786,15 @@ class _RowEmitter:
             arg = self.k.body.args[kidx]
             name = f"reg{kidx}"
             self.regs[kidx] = name
-            self.reg_index[kidx] = self.ident
+            self.reg_index[kidx] = list(self.idents)
             if shape_of(arg) != tuple(self.shape):  # read through a transpose (thread per row)
                 user = arg.uses[0][0]
                 assert user.op_name == "prim.transpose" and self.vec == 1, user.op_name
-                self.reg_index[kidx] = ExprBuilder.operand_index(user, self.ident)
-            if self.vec > 1 and elem_of(arg) != "f32":
+                self.reg_index[kidx] = [ExprBuilder.operand_index(user, i)
+                                        for i in self.idents]
+            if self.rvec > 1:
+                self.lines.append(f"float {name}[{self.items}][{self.rvec}];")
+            elif self.vec > 1 and elem_of(arg) != "f32":
                 self.lines.append(f"float {name}[{self.items}][{self.vec}];")
             elif self.vec > 1:
                 self.lines.append(f"float{self.vec} {name}[{self.items}];")
@@ -769,10 +806,12 @@ class _RowEmitter:
         vec, b = self.vec, self.b
         for kidx, name in self.regs.items():
             arg = self.k.body.args[kidx]
-            off = b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c")
-                                                for i in self.reg_index[kidx]), 0)
+            idx = self.reg_index[kidx]
+            off = b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c") for i in idx[0]), 0)
             src = self.ins[kidx]
-            if vec > 1 and elem_of(arg) != "f32":
+            if self.rvec > 1:
+                self._load_row_lanes(inner, name, arg, src, idx)
+            elif vec > 1 and elem_of(arg) != "f32":
                 w = b.fresh("w")
                 inner.lines.extend(half_load(w, f"{src} + ({off})", vec, elem_of(arg)))
                 inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(vec))
@@ -781,6 +820,25 @@ class _RowEmitter:
                                    f"({src} + ({off})));")
             else:
                 inner.lines.append(f"{name}[j] = {load_convert(f'{src}[{off}]', elem_of(arg))};")
+
+    def _load_row_lanes(self, inner: Scope, name: str, arg: Value, src: str,
+                        idx: list[tuple[str, ...]]) -> None:
+        """A cached input's elements of this thread's row lanes: one vector where they
+        are neighbours in memory (a column softmax's input), else one load a lane."""
+        rv, el, b = self.rvec, elem_of(arg), self.b
+        offs = [b.offset(shape_of(arg), i, 0) for i in idx]
+        if not self._rows_contiguous(idx):
+            inner.lines.extend(f"{name}[j][{r}] = {load_convert(f'{src}[{off}]', el)};"
+                               for r, off in enumerate(offs))
+            return
+        w = b.fresh("w")
+        if el == "f32":
+            inner.lines.append(f"const float{rv} {w} = __ldg(reinterpret_cast<const "
+                               f"float{rv}*>({src} + ({offs[0]})));")
+            inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(rv))
+        else:
+            inner.lines.extend(half_load(w, f"{src} + ({offs[0]})", rv, el))
+            inner.lines.extend(f"{name}[j][{r}] = {w}_{r};" for r in range(rv))
 
     def reductions(self) -> None:
         """Each row reduction: a column loop into an accumulator, a warp shuffle tree,
@@ -792,22 +850,28 @@ class _RowEmitter:
             kind = op.attr("kind").value  # type: ignore[union-attr]
             el = elem_of(op.results[0])
             ct = COMPUTE[el]
-            acc = b.fresh("acc")
-            lines.append(f"{ct} {acc} = {reduce_init(kind, el)};")
+            accs = [b.fresh("acc") for _ in range(self.rvec)]
+            lines.extend(f"{ct} {acc} = {reduce_init(kind, el)};" for acc in accs)
+            acc = accs[0]
 
-            def accumulate(inner: Scope, op: Any = op, acc: str = acc, kind: str = kind,
-                           ct: str = ct) -> None:
-                for lane in range(self.vec):
-                    val = b.expr(op.operands[0], self.ident, inner, lane)
-                    inner.lines.append(f"{acc} = {combine(kind, acc, val, ct, cuda=True)};")
+            def accumulate(inner: Scope, op: Any = op, accs: list[str] = accs,
+                           kind: str = kind, ct: str = ct) -> None:
+                for r, acc in enumerate(accs):
+                    self._lane(r)
+                    for lane in range(self.vec):
+                        val = b.expr(op.operands[0], self.idents[r], inner, lane)
+                        inner.lines.append(f"{acc} = {combine(kind, acc, val, ct, cuda=True)};")
             self.column_loop(accumulate)
             if self.split > 1:  # the row's threads' partials, in order, through shared memory
-                rpb = self.k.plan.rows_per_block
-                lines += [_store_partial(ct, "threadIdx.x", acc), "__syncthreads();",
-                          f"{acc} = {_load_partial(ct, f'threadIdx.x % {rpb}')};"]
-                lines += [f"{acc} = " + combine(kind, acc, _load_partial(
-                    ct, f"{i * rpb} + threadIdx.x % {rpb}"), ct, cuda=True) + ";"
-                          for i in range(1, self.split)]
+                rpb, bs = self.k.plan.rows_per_block, self.k.plan.block[0]
+                at = [f"{r * bs} + " if r else "" for r in range(self.rvec)]
+                lines += [_store_partial(ct, f"{a}threadIdx.x", acc) for a, acc in zip(at, accs)]
+                lines.append("__syncthreads();")
+                for a, acc in zip(at, accs):
+                    lines.append(f"{acc} = {_load_partial(ct, f'{a}threadIdx.x % {rpb}')};")
+                    lines += [f"{acc} = " + combine(kind, acc, _load_partial(
+                        ct, f"{a}{i * rpb} + threadIdx.x % {rpb}"), ct, cuda=True) + ";"
+                              for i in range(1, self.split)]
                 lines.append("__syncthreads();")
             if not self.alone:
                 lines.append(_shuffle_tree(kind, acc, ct))
@@ -820,11 +884,13 @@ class _RowEmitter:
                           _shuffle_tree(kind, acc, ct),
                           "__syncthreads();"]
             if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
-                name = b.fresh("red")
-                lines.append(f"const {ct} {name} = {round_compute(acc, el)};")
-                b.bound[op.results[0]] = name
+                names = [b.fresh("red") for _ in accs]
+                lines += [f"const {ct} {name} = {round_compute(a, el)};"
+                          for name, a in zip(names, accs)]
             else:
-                b.bound[op.results[0]] = acc
+                names = accs
+            self.lane_bound[op.results[0]] = names
+            b.bound[op.results[0]] = names[0]
 
     def outputs(self) -> None:
         """The full-width outputs (a column loop), then the per-row ones (thread 0)."""
@@ -834,11 +900,13 @@ class _RowEmitter:
             self.column_loop(lambda inner: self._write_full(inner, full, transposed))
         if reduced:
             red_scope = Scope([], parent=self.outer)
-            ridx = tuple(self.rnames) + ("0",)
             stores = []
-            for oi, v in reduced:
-                val = self.b.expr(v, ridx, red_scope, 0)
-                stores.append(f"{self.outs[oi]}[row] = {store_convert(val, elem_of(v))};")
+            for r, row in enumerate(self.row_names):
+                self._lane(r)
+                ridx = self.lane_rnames[r] + ("0",)
+                for oi, v in reduced:
+                    val = self.b.expr(v, ridx, red_scope, 0)
+                    stores.append(f"{self.outs[oi]}[{row}] = {store_convert(val, elem_of(v))};")
             self.lines.append("if (t == 0 && accy_live) {" if self.split > 1 else "if (t == 0) {")
             self.lines.extend("  " + s for s in red_scope.lines + stores)
             self.lines.append("}")
@@ -848,6 +916,9 @@ class _RowEmitter:
         # every value first, then the stores: an output may be written in place over
         # an input that a later output still reads at this element
         vec, cols, outs = self.vec, self.cols, self.outs
+        if self.rvec > 1:
+            self._write_row_lanes(inner, full, transposed)
+            return
         computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
                     for oi, v in full]
         # through the permutation, lane by lane (coalesced when a thread walks a row
@@ -870,6 +941,39 @@ class _RowEmitter:
             else:
                 inner.lines.append(f"{live}{outs[oi]}[row * {cols} + c] = "
                                    f"{store_convert(vals[0], el)};")
+
+
+    def _write_row_lanes(self, inner: Scope, full: list[tuple[int, Any]],
+                         transposed: list[tuple[int, Any, tuple[int, ...]]]) -> None:
+        """:meth:`_write_full` for a thread of several row lanes: every lane's values
+        first, then each output's — one vector where the lanes are neighbours in its
+        memory (a column softmax's output), else a store a lane."""
+        b, outs, live = self.b, self.outs, "if (accy_live) " if self.split > 1 else ""
+        vals: dict[int, list[str]] = {}
+        for r in range(self.rvec):
+            self._lane(r)
+            for oi, v in full:
+                vals.setdefault(oi, []).append(b.expr(v, self.idents[r], inner, 0))
+            for oi, v, _ in transposed:
+                vals.setdefault(oi, []).append(b.expr(v, self.idents[r], inner, 0))
+        for oi, v, perm in transposed:
+            el = elem_of(v)
+            moved = [tuple(i[p] for p in perm) for i in self.idents]
+            offs = [b.transposed_offset(self.shape, i, perm, 0) for i in self.idents]
+            if self._rows_contiguous(moved):
+                pointer = f"{outs[oi]} + ({offs[0]})"
+                if el == "f32":
+                    inner.lines.append(f"{live}*reinterpret_cast<float{self.rvec}*>({pointer})"
+                                       f" = make_float{self.rvec}({', '.join(vals[oi])});")
+                else:
+                    inner.lines.append(live + half_store(pointer, vals[oi], el))
+                continue
+            inner.lines.extend(f"{live}{outs[oi]}[{off}] = {store_convert(val, el)};"
+                               for off, val in zip(offs, vals[oi]))
+        for oi, v in full:
+            inner.lines.extend(f"{live}{outs[oi]}[{row} * {self.cols} + c] = "
+                               f"{store_convert(val, elem_of(v))};"
+                               for row, val in zip(self.row_names, vals[oi]))
 
 
 def _batch_prologue(batch_shape: tuple[int, ...]) -> tuple[list[str], tuple[str, ...]]:

@@ -293,6 +293,18 @@ def test_column_softmax_split_over_threads(element: str, split: int) -> None:
                      [f"kernel.column_split={split}"]) <= tol
 
 
+@pytest.mark.parametrize("vec,split", [(2, 0), (4, 0), (8, 0), (8, 8), (4, 1)])
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+def test_column_softmax_of_several_columns_a_thread(element: str, vec: int,
+                                                     split: int) -> None:
+    """``kernel.column_vector``: a thread owns 2, 4 or 8 neighbouring columns (at most 16
+    bytes), one vector load and store a step; 20008 columns (2501 vectors of 8) leave the
+    grid's last block ragged."""
+    tol = TOLERANCE[element] * (1 if element != "f32" else 5)
+    assert run_graph("softmax_axis0", element, {"rows": 64, "cols": 20008},
+                     [f"kernel.column_vector={vec}", f"kernel.column_split={split}"]) <= tol
+
+
 @pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
 def test_long_reductions_split_in_two_match_the_reference(element: str) -> None:
     """graphs/reductions.mlir at 8192 × 4096: the column max is split

@@ -102,6 +102,88 @@ def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> 
     assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE["f32"]
 
 
+def column_softmax(rows: int, element: str = "f32") -> SemanticModule:
+    """graphs/softmax_axis0.mlir over ``rows`` values a column, in ``element``."""
+    text = (Path(__file__).resolve().parents[2] / "graphs" / "softmax_axis0.mlir").read_text()
+    return SemanticModule.from_text(with_element(text.replace("64x", f"{rows}x"), element))
+
+
+@needs_cxx
+@pytest.mark.parametrize("vec,split", [(2, 0), (4, 0), (8, 0), (4, 1), (8, 8), (2, 2)])
+@pytest.mark.parametrize("element,rows", [("f32", 64), ("bf16", 67), ("f16", 64)])
+def test_a_column_softmax_of_several_columns_a_thread_matches_the_reference_on_the_cpu(
+        vec: int, split: int, element: str, rows: int) -> None:
+    """``column_vector``: a thread owns ``vec`` neighbouring columns (at most 16 bytes: 4
+    floats, 8 halves), reads each of their rows as one vector and writes them as one; the
+    grid's last block is ragged (16456 columns: 2057 vectors of 8, blocks of 32 to 256
+    threads' columns); 67 values a column over 8 threads take 9 × 8 halves, more than
+    a thread's 64: 4 columns a thread."""
+    sm = column_softmax(rows, element)
+    x = (np.random.default_rng(6).standard_normal((rows, 16456)) * 4).astype(
+        np.float16 if element == "f16" else np.float32)
+    job = cuda_on_cpu.target_job(sm, {0: x.shape}, [f"kernel.column_vector={vec}",
+                                                    f"kernel.column_split={split}"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    want = min(vec, 4 if element == "f32" else 8)
+    while -(-rows // 8) * want > 64:  # a thread's values (over 8 threads a column) fit
+        want //= 2
+    assert k.plan.mapping == "thread-per-row" and k.plan.vector_width == want
+    assert k.plan.grid[0] == -(-16456 // (k.plan.rows_per_block * want))
+    (body,) = kernel_bodies(job).values()
+    if k.plan.cached_inputs:
+        assert global_reads(body) == 1
+    vector = {"f32": f"float{want}", "bf16": {2: "unsigned int", 4: "uint2", 8: "uint4"}[want]}
+    vector["f16"] = vector["bf16"]
+    assert f"reinterpret_cast<{vector[element]}*>(out0" in body  # one store a step
+    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
+
+
+@pytest.mark.parametrize("cols,vec,want", [(16389, 4, 1), (16390, 4, 2), (16392, 8, 4),
+                                           (16392, 0, 4)])
+def test_a_thread_owns_only_as_many_columns_as_divide_them(cols: int, vec: int,
+                                                           want: int) -> None:
+    """The columns' count must divide the vector (so no vector straddles a row's end);
+    0 picks 16 bytes (4 floats), the most an f32 thread takes."""
+    job = cuda_on_cpu.target_job(graph("softmax_axis0"), {0: (64, cols)},
+                                 [f"kernel.column_vector={vec}"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.vector_width == want
+
+
+@needs_cxx
+def test_a_batched_column_softmax_of_several_columns_a_thread_matches_the_reference() -> None:
+    """softmax over the middle axis of 4 × 64 × 4100: rows (4, 4100) decomposed a lane
+    each, 4100 columns take vectors of 4 (not 8)."""
+    sm = SemanticModule.from_text('''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<4x64x4100xf32>) -> tensor<4x64x4100xf32>, sym_name = "main"}> ({
+  ^bb0(%x: tensor<4x64x4100xf32>):
+    %0 = "semantic.softmax"(%x) {axis = 1 : i64} : (tensor<4x64x4100xf32>) -> tensor<4x64x4100xf32>
+    "func.return"(%0) : (tensor<4x64x4100xf32>) -> ()
+  }) : () -> ()
+}) : () -> ()''')
+    x = np.random.default_rng(7).standard_normal((4, 64, 4100)).astype(np.float32) * 4
+    job = cuda_on_cpu.target_job(sm, {0: x.shape}, ["kernel.column_vector=8"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.mapping == "thread-per-row" and k.plan.vector_width == 4
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE["f32"]
+
+
+@needs_cxx
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_a_column_max_of_several_columns_a_thread_writes_each_once(element: str) -> None:
+    """The reductions program at 100 × 16392, 8 columns a thread asked: 4 (a thread's
+    13 values of 4 columns fit its 64; of 8, halves, they would not): the kept column
+    max is stored a column at a time by the first of its threads."""
+    sm = reductions(100, 16392, element)
+    x = np.random.default_rng(8).standard_normal((100, 16392)).astype(np.float32)
+    job = cuda_on_cpu.target_job(sm, opts=["kernel.column_vector=8"])
+    vectored = [k for k in job.module.body.ops if isinstance(k, KernelFuncOp)
+                and k.plan.mapping == "thread-per-row"]
+    assert vectored and all(k.plan.vector_width == 4 for k in vectored)
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
+
+
 def i64_sum(shape: tuple[int, int], axis: int) -> SemanticModule:
     """``reduce_sum`` of an i64 ``shape`` over ``axis``."""
     out = shape[1 - axis]

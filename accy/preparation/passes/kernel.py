@@ -199,6 +199,27 @@ def column_split(cols: int, block: int, want: int = 0) -> int:
     return max(1, min(split, block // 32))
 
 
+def column_vector(region: RegionOp, rows: int, cols: int, want: int,
+                  offsets: dict[int, int]) -> int:
+    """The neighbouring rows a ``thread-per-row`` thread of ``region`` owns (rows that are
+    columns in memory): ``want`` (the option; 0 picks 16 bytes), halved until a thread's
+    row values (``cols`` each, over at most 8 threads a row) fit
+    :data:`MAX_THREAD_CACHED` and the access is at most 16 bytes; 1 unless every buffer
+    holds f32 or halves, the rows' innermost extent (``rows``) divides it and every
+    arena buffer is aligned to it.
+    """
+    names = _element_names(region)
+    if want == 1 or not names <= {"f32", "f16", "bf16"}:
+        return 1
+    widest = 4 if "f32" in names else 8  # 16 bytes
+    vec = min(want or widest, widest)
+    while vec > 1 and (rows % vec or math.ceil(cols / 8) * vec > MAX_THREAD_CACHED
+                       or not _vector_aligned(region, offsets, max(1, vec * (
+                           4 if "f32" in names else 2) // 4))):
+        vec //= 2
+    return vec
+
+
 def row_block_size(cols: int, element_bytes: int, chained: bool = False,
                    streamed: int = 1) -> int:
     """Threads of a block-per-row kernel over rows of ``cols`` values of
@@ -477,6 +498,8 @@ class PlanKernels(Pass):
     """The ``ffma-tiled`` k steps unrolled together (at most ``ffma_tile``'s k)."""
     column_split: int = KernelOptions.column_split
     """Threads sharing a ``thread-per-row`` row (0: :func:`column_split` picks)."""
+    column_vector: int = KernelOptions.column_vector
+    """Neighbouring rows a ``thread-per-row`` thread owns (:func:`column_vector`)."""
     max_registers: int = KernelOptions.max_registers
     """Registers an elementwise or row kernel's thread may take (0: no cap;
     :func:`min_blocks`)."""
@@ -550,14 +573,17 @@ class PlanKernels(Pass):
                 # rows that are columns in memory: a thread per row walks its row (or
                 # ``split`` threads, every split-th element each), and the threads of a
                 # warp read 32 neighbouring addresses at each step
+                # (``vec`` neighbouring rows a thread: one vector access a step)
+                vec = column_vector(region, it[-2], cols, self.column_vector, offsets or {})
                 split = column_split(cols, bs, self.column_split)
                 items = math.ceil(cols / split)
                 cached = _cached_inputs(region, transposed=True) \
-                    if items <= MAX_THREAD_CACHED else ()
+                    if items * vec <= MAX_THREAD_CACHED else ()
                 rpb = bs // split
                 return {"mapping": "thread-per-row", "block": (bs, 1, 1),
-                        "grid": (max(1, math.ceil(rows / rpb)), 1, 1), "vector_width": 1,
-                        "shared_bytes": 8 * bs if split > 1 else 0, "rows": rows,
+                        "grid": (max(1, math.ceil(rows / (rpb * vec))), 1, 1),
+                        "vector_width": vec,
+                        "shared_bytes": 8 * bs * vec if split > 1 else 0, "rows": rows,
                         "cols": cols, "rows_per_block": rpb, "items": items,
                         "cached_inputs": cached}
             vec = width if (aligned and cols % width == 0) else 1
