@@ -106,10 +106,10 @@ class KernelPlan:
     """Row kernels: rows a block handles; vector items per thread per row.
     ``grid-stride``: 2 where a thread loads its next vector before it computes the
     current one (its loop pipelined), else 1.
-    ``thread-per-row``: ``block / rows_per_block`` threads share a row (thread ``i``
-    walks rows ``vector_width · (i % rows_per_block)`` and the ``vector_width - 1`` after
-    it from element ``i / rows_per_block``, every ``block / rows_per_block``-th), their
-    reductions combined through shared memory."""
+    ``thread-per-row``: ``block / rows_per_block`` threads share a row (thread ``i`` of
+    block ``b`` walks the ``vector_width`` rows from ``vector_width · (b · rows_per_block
+    + i % rows_per_block)``, from element ``i / rows_per_block``, every
+    ``block / rows_per_block``-th), their reductions combined through shared memory."""
     cached_inputs: tuple[int, ...] = ()
     """Row kernels: inputs held in registers across the row's passes."""
     aliased_params: tuple[int, ...] = ()
