@@ -942,7 +942,6 @@ class _RowEmitter:
                 inner.lines.append(f"{live}{outs[oi]}[row * {cols} + c] = "
                                    f"{store_convert(vals[0], el)};")
 
-
     def _write_row_lanes(self, inner: Scope, full: list[tuple[int, Any]],
                          transposed: list[tuple[int, Any, tuple[int, ...]]]) -> None:
         """:meth:`_write_full` for a thread of several row lanes: every lane's values

@@ -175,12 +175,13 @@ def elementwise_grid(vectors: int, block: int) -> int:
     return min(MAX_GRID_BLOCKS, max(MIN_GRID_BLOCKS, math.ceil(blocks / 2)))
 
 
-def column_split(cols: int, block: int, want: int = 0) -> int:
+def column_split(cols: int, block: int, want: int = 0, vec: int = 1) -> int:
     """Threads that share a ``thread-per-row`` row of ``cols`` elements (rows that are
     columns in memory) in a block of ``block`` threads: ``want`` (the option), else the
     fewest (a power of two, at most 8) that leave each at most
-    :data:`COLUMN_SPLIT_ITEMS` elements; either way few enough that a block still holds
-    a warp of rows.
+    :data:`COLUMN_SPLIT_ITEMS` elements and, owning ``vec`` rows (``column_vector``), at
+    most :data:`MAX_THREAD_CACHED` values; either way few enough that a block still
+    holds a warp of rows.
 
     A thread alone on a column softmax's 64 values held them in 80 registers, 768
     threads an SM: ncu on an H100 (bf16, 64×524288) read 59 % of DRAM and 59 % of the
@@ -192,9 +193,12 @@ def column_split(cols: int, block: int, want: int = 0) -> int:
     (4, 1, 8, 2)
     >>> column_split(64, 256, want=8), column_split(64, 64, want=8)
     (8, 2)
+    >>> column_split(64, 256, vec=4), column_split(64, 256, vec=8)
+    (4, 8)
     """
     split = want or 1
-    while not want and cols > COLUMN_SPLIT_ITEMS * split and split < 8:
+    while not want and split < 8 and (cols > COLUMN_SPLIT_ITEMS * split
+                                      or math.ceil(cols / split) * vec > MAX_THREAD_CACHED):
         split *= 2
     return max(1, min(split, block // 32))
 
@@ -575,7 +579,7 @@ class PlanKernels(Pass):
                 # warp read 32 neighbouring addresses at each step
                 # (``vec`` neighbouring rows a thread: one vector access a step)
                 vec = column_vector(region, it[-2], cols, self.column_vector, offsets or {})
-                split = column_split(cols, bs, self.column_split)
+                split = column_split(cols, bs, self.column_split, vec)
                 items = math.ceil(cols / split)
                 cached = _cached_inputs(region, transposed=True) \
                     if items * vec <= MAX_THREAD_CACHED else ()
