@@ -700,7 +700,6 @@ class _RowEmitter:
                 if len(self.shape) > 1 else ([], ())
             self.head += ["  " + p for p in pre]
             self.lane_rnames.append(tuple(names))
-        self.rnames = self.lane_rnames[0]
         self.idents = [names + (col,) for names in self.lane_rnames]
         """This thread's element index, a row lane each (``c`` the column loop's)."""
         self.ident = self.idents[0]
@@ -802,43 +801,33 @@ class _RowEmitter:
                 self.lines.append(f"{COMPUTE[elem_of(arg)]} {name}[{self.items}];")
 
     def load_registers(self, inner: Scope) -> None:
-        """The cached inputs' elements of this thread, read once."""
-        vec, b = self.vec, self.b
+        """The cached inputs' elements of this thread, read once: a vector a step along
+        the row (``vec``) or across this thread's rows (``rvec``, where they are
+        neighbours in memory: a column softmax's input; else a load a row lane)."""
+        b, n = self.b, max(self.vec, self.rvec)  # one of the two is 1
         for kidx, name in self.regs.items():
-            arg = self.k.body.args[kidx]
+            arg, el, src = self.k.body.args[kidx], elem_of(self.k.body.args[kidx]), self.ins[kidx]
             idx = self.reg_index[kidx]
-            off = b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c") for i in idx[0]), 0)
-            src = self.ins[kidx]
-            if self.rvec > 1:
-                self._load_row_lanes(inner, name, arg, src, idx)
-            elif vec > 1 and elem_of(arg) != "f32":
+            offs = [b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c") for i in ix), 0)
+                    for ix in idx]
+            off = offs[0]
+            if self.rvec > 1 and not self._rows_contiguous(idx):
+                inner.lines.extend(f"{name}[j][{r}] = {load_convert(f'{src}[{o}]', el)};"
+                                   for r, o in enumerate(offs))
+            elif n > 1 and el != "f32":
                 w = b.fresh("w")
-                inner.lines.extend(half_load(w, f"{src} + ({off})", vec, elem_of(arg)))
-                inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(vec))
-            elif vec > 1:
-                inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{vec}*>"
+                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el))
+                inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(n))
+            elif self.rvec > 1:
+                w = b.fresh("w")
+                inner.lines.append(f"const float{n} {w} = __ldg(reinterpret_cast<const "
+                                   f"float{n}*>({src} + ({off})));")
+                inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(n))
+            elif n > 1:
+                inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{n}*>"
                                    f"({src} + ({off})));")
             else:
-                inner.lines.append(f"{name}[j] = {load_convert(f'{src}[{off}]', elem_of(arg))};")
-
-    def _load_row_lanes(self, inner: Scope, name: str, arg: Value, src: str,
-                        idx: list[tuple[str, ...]]) -> None:
-        """A cached input's elements of this thread's row lanes: one vector where they
-        are neighbours in memory (a column softmax's input), else one load a lane."""
-        rv, el, b = self.rvec, elem_of(arg), self.b
-        offs = [b.offset(shape_of(arg), i, 0) for i in idx]
-        if not self._rows_contiguous(idx):
-            inner.lines.extend(f"{name}[j][{r}] = {load_convert(f'{src}[{off}]', el)};"
-                               for r, off in enumerate(offs))
-            return
-        w = b.fresh("w")
-        if el == "f32":
-            inner.lines.append(f"const float{rv} {w} = __ldg(reinterpret_cast<const "
-                               f"float{rv}*>({src} + ({offs[0]})));")
-            inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(rv))
-        else:
-            inner.lines.extend(half_load(w, f"{src} + ({offs[0]})", rv, el))
-            inner.lines.extend(f"{name}[j][{r}] = {w}_{r};" for r in range(rv))
+                inner.lines.append(f"{name}[j] = {load_convert(f'{src}[{off}]', el)};")
 
     def reductions(self) -> None:
         """Each row reduction: a column loop into an accumulator, a warp shuffle tree,

@@ -117,6 +117,9 @@ MIN_THREAD_ROWS = 16384
 COLUMN_SPLIT_ITEMS = 16
 """The most elements of a row one ``thread-per-row`` thread walks where ``column_split``
 is picked (:func:`column_split`)."""
+MAX_COLUMN_SPLIT = 8
+"""The most threads that share a ``thread-per-row`` row where ``column_split`` is picked
+(and that :func:`column_vector` counts on)."""
 
 
 SM_REGISTERS = 65536
@@ -197,29 +200,27 @@ def column_split(cols: int, block: int, want: int = 0, vec: int = 1) -> int:
     (4, 8)
     """
     split = want or 1
-    while not want and split < 8 and (cols > COLUMN_SPLIT_ITEMS * split
+    while not want and split < MAX_COLUMN_SPLIT and (cols > COLUMN_SPLIT_ITEMS * split
                                       or math.ceil(cols / split) * vec > MAX_THREAD_CACHED):
         split *= 2
     return max(1, min(split, block // 32))
 
 
-def column_vector(region: RegionOp, rows: int, cols: int, want: int,
+def column_vector(region: RegionOp, inner_rows: int, cols: int, want: int,
                   offsets: dict[int, int]) -> int:
     """The neighbouring rows a ``thread-per-row`` thread of ``region`` owns (rows that are
-    columns in memory): ``want`` (the option; 0 picks 16 bytes), halved until a thread's
-    row values (``cols`` each, over at most 8 threads a row) fit
-    :data:`MAX_THREAD_CACHED` and the access is at most 16 bytes; 1 unless every buffer
-    holds f32 or halves, the rows' innermost extent (``rows``) divides it and every
-    arena buffer is aligned to it.
+    columns in memory): ``want`` (the option; 0 picks 16 bytes: :func:`_vector_elements`),
+    at most 16 bytes, halved until a thread's row values (``cols`` each, over at most
+    :data:`MAX_COLUMN_SPLIT` threads a row) fit :data:`MAX_THREAD_CACHED`, the rows'
+    innermost extent ``inner_rows`` divides it and every arena buffer is aligned to it;
+    1 unless every buffer holds f32 or halves.
     """
-    names = _element_names(region)
-    if want == 1 or not names <= {"f32", "f16", "bf16"}:
-        return 1
-    widest = 4 if "f32" in names else 8  # 16 bytes
+    widest = _vector_elements(region, 4)  # 16 bytes: 4 floats, 8 halves
     vec = min(want or widest, widest)
-    while vec > 1 and (rows % vec or math.ceil(cols / 8) * vec > MAX_THREAD_CACHED
-                       or not _vector_aligned(region, offsets, max(1, vec * (
-                           4 if "f32" in names else 2) // 4))):
+    per_word = max(1, widest // 4)  # elements a 4-byte word holds
+    while vec > 1 and (inner_rows % vec
+                       or math.ceil(cols / MAX_COLUMN_SPLIT) * vec > MAX_THREAD_CACHED
+                       or not _vector_aligned(region, offsets, vec // per_word)):
         vec //= 2
     return vec
 
