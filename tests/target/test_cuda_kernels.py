@@ -195,16 +195,20 @@ def test_a_softmax_stored_in_halves_takes_half_precision_exp_and_quotients(
     assert ("= accy_hscale(" in body) == half
     if half:
         assert "accy_fdiv" not in text
-        [divide] = [ln for ln in body.splitlines() if "1.0f / " in ln]  # the reciprocal
-        assert divide.strip().startswith("const float hr") and " / acc" not in body
+        # the reciprocal, once a row (a thread per row makes one for each of its
+        # kernel.column_vector rows)
+        divides = [ln for ln in body.splitlines() if "1.0f / " in ln]
+        assert len(divides) == (2 if name == "softmax_axis0" else 1)
+        assert all(d.strip().startswith("const float hr") for d in divides)
+        assert " / acc" not in body
         scale = body.index("accy_hscale(")
         assert body.rindex("for (int j", 0, scale) < body.rindex("}", 0, scale)
         quotients = body.count(") * hs")  # ((a) * hs) * hr: one a stored value
         assert quotients == body.count("accy_exp_half(") // 2 or name == "softmax_axis0"
         assert quotients > 0
-        conv = "accy_f2bf" if element == "bf16" else "accy_f2h"
-        if name == "softmax_axis0":
-            assert body.count(f"{conv}(") == 1  # a transposed store rounds once
+        if name == "softmax_axis0":  # a transposed store rounds once: its two rows packed
+            pack = "accy_pack_bf2" if element == "bf16" else "accy_pack_h2"
+            assert body.count(f"{pack}(") == 1 and "accy_f2" not in body
     cubin(text)
 
 

@@ -142,15 +142,35 @@ def test_a_column_softmax_of_several_columns_a_thread_matches_the_reference_on_t
 
 
 @pytest.mark.parametrize("cols,vec,want", [(16389, 4, 1), (16390, 4, 2), (16392, 8, 4),
-                                           (16392, 0, 4)])
+                                           (16392, 0, 2), (16389, 0, 1)])
 def test_a_thread_owns_only_as_many_columns_as_divide_them(cols: int, vec: int,
                                                            want: int) -> None:
     """The columns' count must divide the vector (so no vector straddles a row's end);
-    0 picks 16 bytes (4 floats), the most an f32 thread takes."""
+    8 asks for more than an f32 thread takes (16 bytes: 4 floats); 0 picks 2."""
     job = cuda_on_cpu.target_job(graph("softmax_axis0"), {0: (64, cols)},
                                  [f"kernel.column_vector={vec}"])
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.vector_width == want
+
+
+@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
+def test_a_picked_column_vector_keeps_a_thread_to_32_values(element: str) -> None:
+    """``column_vector`` 0 (the default): the column softmax (64 values a column, 4
+    threads a column) takes two columns a thread, 32 values; the reductions program's
+    column max over 8192 rows is two kernels: the first (rows of 256 over 8 threads)
+    would walk 64 values with two columns, so takes one, unless asked; the second
+    (the 32 partial maxima of a column) takes two."""
+    job = cuda_on_cpu.target_job(column_softmax(64, element), {0: (64, 16384)})
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.mapping == "thread-per-row" and k.plan.vector_width == 2
+    assert k.plan.items * k.plan.vector_width == 32
+    for vec, first in ((0, 1), (2, 2)):
+        job = cuda_on_cpu.target_job(reductions(8192, 16384, element),
+                                     opts=[f"kernel.column_vector={vec}"])
+        plans = [k.plan for k in job.module.body.ops if isinstance(k, KernelFuncOp)
+                 and k.plan.mapping == "thread-per-row"]
+        assert [(p.cols, p.items, p.vector_width) for p in plans] == [(256, 32, first),
+                                                                      (32, 16, 2)]
 
 
 @needs_cxx

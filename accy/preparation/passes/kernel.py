@@ -120,6 +120,12 @@ is picked (:func:`column_split`)."""
 MAX_COLUMN_SPLIT = 8
 """The most threads that share a ``thread-per-row`` row where ``column_split`` is picked
 (and that :func:`column_vector` counts on)."""
+PICKED_COLUMN_VECTOR = 2
+"""The rows (columns in memory) a ``thread-per-row`` thread owns where
+``column_vector`` is picked (:func:`column_layout`)."""
+PICKED_COLUMN_VALUES = 32
+"""The most values of its rows a ``thread-per-row`` thread walks where
+``column_vector`` is picked: past them, one row a thread (:func:`column_layout`)."""
 
 
 SM_REGISTERS = 65536
@@ -209,20 +215,44 @@ def column_split(cols: int, block: int, want: int = 0, vec: int = 1) -> int:
 def column_vector(region: RegionOp, inner_rows: int, cols: int, want: int,
                   offsets: dict[int, int]) -> int:
     """The neighbouring rows a ``thread-per-row`` thread of ``region`` owns (rows that are
-    columns in memory): ``want`` (the option; 0 picks 16 bytes: :func:`_vector_elements`),
-    at most 16 bytes, halved until a thread's row values (``cols`` each, over at most
-    :data:`MAX_COLUMN_SPLIT` threads a row) fit :data:`MAX_THREAD_CACHED`, the rows'
-    innermost extent ``inner_rows`` divides it and every arena buffer is aligned to it;
-    1 unless every buffer holds f32 or halves.
+    columns in memory): ``want`` (the option; 0 picks: :func:`column_layout`), at most 16
+    bytes (:func:`_vector_elements`), halved until a thread's row values (``cols`` each,
+    over at most :data:`MAX_COLUMN_SPLIT` threads a row) fit :data:`MAX_THREAD_CACHED`,
+    the rows' innermost extent ``inner_rows`` divides it and every arena buffer is
+    aligned to it; 1 unless every buffer holds f32 or halves.
     """
     widest = _vector_elements(region, 4)  # 16 bytes: 4 floats, 8 halves
-    vec = min(want or widest, widest)
+    vec = min(want or PICKED_COLUMN_VECTOR, widest)
     per_word = max(1, widest // 4)  # elements a 4-byte word holds
     while vec > 1 and (inner_rows % vec
                        or math.ceil(cols / MAX_COLUMN_SPLIT) * vec > MAX_THREAD_CACHED
                        or not _vector_aligned(region, offsets, vec // per_word)):
         vec //= 2
     return vec
+
+
+def column_layout(region: RegionOp, inner_rows: int, cols: int, block: int,
+                  vector_want: int, split_want: int, offsets: dict[int, int]) -> tuple[int, int]:
+    """A ``thread-per-row`` kernel's (``column_vector``, ``column_split``): the rows a
+    thread owns (:func:`column_vector`) and the threads that share them
+    (:func:`column_split`), each the option where it is set. Picked (``vector_want``
+    0), a thread owns :data:`PICKED_COLUMN_VECTOR` rows where it then walks at most
+    :data:`PICKED_COLUMN_VALUES` values, else one.
+
+    On an H100 (RESULTS.md, kernels, twenty-seventh session) two columns a thread read
+    the column softmax (64 × 524288, 16 values a thread a column: 32) at 2785 / 2692 /
+    2694 GB/s in f32 / bf16 / f16 against 2722–2725 / 2522–2524 / 2567–2587 with one,
+    and four or eight (64 values) at 2735 / 2651 / 2649 and 2749 / 2475 / 2473; the
+    reductions program's column max (8192 × 4096 as 131072 rows of 256: 32 values a
+    column, 64 for two) ran 3 % slower in f32 with two (1377–1382 against 1420–1428
+    GB/s), the same in halves.
+    """
+    vec = column_vector(region, inner_rows, cols, vector_want, offsets)
+    split = column_split(cols, block, split_want, vec)
+    if not vector_want and vec > 1 and math.ceil(cols / split) * vec > PICKED_COLUMN_VALUES:
+        vec = 1
+        split = column_split(cols, block, split_want, vec)
+    return vec, split
 
 
 def row_block_size(cols: int, element_bytes: int, chained: bool = False,
@@ -579,8 +609,8 @@ class PlanKernels(Pass):
                 # ``split`` threads, every split-th element each), and the threads of a
                 # warp read 32 neighbouring addresses at each step
                 # (``vec`` neighbouring rows a thread: one vector access a step)
-                vec = column_vector(region, it[-2], cols, self.column_vector, offsets or {})
-                split = column_split(cols, bs, self.column_split, vec)
+                vec, split = column_layout(region, it[-2], cols, bs, self.column_vector,
+                                           self.column_split, offsets or {})
                 items = math.ceil(cols / split)
                 cached = _cached_inputs(region, transposed=True) \
                     if items * vec <= MAX_THREAD_CACHED else ()
