@@ -278,10 +278,13 @@ def explain(new: StageKey, old_fields: Mapping[str, Any] | None) -> str:
     old_opts = old_fields.get("options") or {}
     new_opts = new.fields["options"]
     for name in sorted(set(old_opts) | set(new_opts)):
-        a, b = jsonable(old_opts.get(name)), jsonable(new_opts.get(name))
+        a, b = old_opts.get(name), new_opts.get(name)
+        if a == b:  # most options of a miss: no copy made to compare them
+            continue
+        a, b = jsonable(a), jsonable(b)
         if a != b:
             parts.append(f"option {name}: {a!r} -> {b!r}")
     if parts:
         return "; ".join(parts)
-    return "same key" if jsonable(dict(old_fields)) == jsonable(new.fields) \
-        else "key fields differ"
+    return "same key" if old_fields == new.fields \
+        or jsonable(dict(old_fields)) == jsonable(new.fields) else "key fields differ"
