@@ -215,12 +215,10 @@ class KernelOptions:
     """Neighbouring rows a ``thread-per-row`` thread owns (rows that are columns in
     memory: a softmax over axis 0), read and written as one vector of that many elements
     at each step of its row (1, 2, 4 or 8; at most 16 bytes; 0 picks: 2 where a thread
-    then walks at most 32 values of its rows, else 1: on an H100 the column softmax ran
-    1–2 % faster in f32 and 3–7 % in halves with 2 than with 1, 4 or 8 were slower than
-    2, and the reductions program's column max, 64 values a thread with 2, 3 % slower).
-    Where the rows' innermost extent does not divide it, a buffer is not aligned to it
-    or an element is no float, one row a thread
-    (:func:`accy.preparation.passes.kernel.column_layout`)."""
+    then walks at most 32 values of its rows, else 1 — the H100 figures behind that are
+    :func:`accy.preparation.passes.kernel.column_layout`'s). Where the rows' innermost
+    extent does not divide it, a buffer is not aligned to it or an element is no float,
+    one row a thread."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16

@@ -806,7 +806,8 @@ class _RowEmitter:
         neighbours in memory: a column softmax's input; else a load a row lane)."""
         b, n = self.b, max(self.vec, self.rvec)  # one of the two is 1
         for kidx, name in self.regs.items():
-            arg, el, src = self.k.body.args[kidx], elem_of(self.k.body.args[kidx]), self.ins[kidx]
+            arg, src = self.k.body.args[kidx], self.ins[kidx]
+            el = elem_of(arg)
             idx = self.reg_index[kidx]
             offs = [b.offset(shape_of(arg), tuple(i.replace(f"c+{LANE}", "c") for i in ix), 0)
                     for ix in idx]

@@ -215,14 +215,14 @@ def column_split(cols: int, block: int, want: int = 0, vec: int = 1) -> int:
 def column_vector(region: RegionOp, inner_rows: int, cols: int, want: int,
                   offsets: dict[int, int]) -> int:
     """The neighbouring rows a ``thread-per-row`` thread of ``region`` owns (rows that are
-    columns in memory): ``want`` (the option; 0 picks: :func:`column_layout`), at most 16
-    bytes (:func:`_vector_elements`), halved until a thread's row values (``cols`` each,
+    columns in memory): ``want`` (at least 1), at most 16 bytes
+    (:func:`_vector_elements`), halved until a thread's row values (``cols`` each,
     over at most :data:`MAX_COLUMN_SPLIT` threads a row) fit :data:`MAX_THREAD_CACHED`,
     the rows' innermost extent ``inner_rows`` divides it and every arena buffer is
     aligned to it; 1 unless every buffer holds f32 or halves.
     """
     widest = _vector_elements(region, 4)  # 16 bytes: 4 floats, 8 halves
-    vec = min(want or PICKED_COLUMN_VECTOR, widest)
+    vec = min(want, widest)
     per_word = max(1, widest // 4)  # elements a 4-byte word holds
     while vec > 1 and (inner_rows % vec
                        or math.ceil(cols / MAX_COLUMN_SPLIT) * vec > MAX_THREAD_CACHED
@@ -247,7 +247,8 @@ def column_layout(region: RegionOp, inner_rows: int, cols: int, block: int,
     column, 64 for two) ran 3 % slower in f32 with two (1377–1382 against 1420–1428
     GB/s), the same in halves.
     """
-    vec = column_vector(region, inner_rows, cols, vector_want, offsets)
+    vec = column_vector(region, inner_rows, cols, vector_want or PICKED_COLUMN_VECTOR,
+                        offsets)
     split = column_split(cols, block, split_want, vec)
     if not vector_want and vec > 1 and math.ceil(cols / split) * vec > PICKED_COLUMN_VALUES:
         vec = 1
