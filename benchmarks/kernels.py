@@ -432,6 +432,8 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     entry["accy"] = rate(bench(lambda: frag.launch_all(a_args, a_res), args.calls,
                                args.repeats), nbytes, nflops)
     entry["accy_graph"] = frag.graphed
+    if not nflops:
+        entry["copy"] = same_bytes_copy(nbytes, args)
 
     # torch eager, torch.compile, cuBLAS
     entry["torch_eager"] = rate(bench(lambda: program(*inputs), args.calls, args.repeats),
@@ -495,6 +497,27 @@ def device_copy(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def same_bytes_copy(nbytes: int, args: argparse.Namespace) -> dict[str, Any] | None:
+    """A device copy (``torch``'s ``copy_``) that moves ``nbytes`` (read + write), timed
+    as the programs are: the reference of a memory-bound case's "% of copy".
+
+    The run's ``device_copy`` moves an f32 8192×4096 tensor (256 MiB); a half-precision
+    program moves half that, and a smaller copy reaches fewer GB/s (its launch and last
+    wave weigh more), so each case is set beside a copy of its own size too.
+    """
+    import torch
+
+    x = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return rate(bench(lambda: y.copy_(x), args.calls, args.repeats), 2 * x.numel(), 0)
+
+
+def of_copy(e: dict[str, Any]) -> float | None:
+    """A memory-bound case's GB/s as a fraction of the copy of the same bytes."""
+    copy = e.get("copy")
+    return e["accy"]["gbs"] / copy["gbs"] if copy and not e["flops"] else None
+
+
 def _measure(e: dict[str, Any]) -> tuple[str, str]:
     """A program's figure: its key in each side's timing, and its unit."""
     return ("tflops", "TFLOP/s") if e["flops"] else ("gbs", "GB/s")
@@ -527,6 +550,9 @@ def summary_line(name: str, e: dict[str, Any]) -> str:
         parts.append(f"accy/compile(graphs) {e['accy_over_torch_compile_graphs']:.2f}")
     if "accy_over_cublas" in e:
         parts.append(f"accy/cuBLAS {e['accy_over_cublas']:.2f}")
+    share = of_copy(e)
+    if share is not None:
+        parts.append(f"{100 * share:.1f}% of copy")
     parts.append(f"err {e['err']:.1e} {'pass' if e['pass'] else 'FAIL'}")
     parts.append(f"cold {e['cold_compile_s']:.3f}s")
     return "  ".join(parts)
@@ -561,17 +587,20 @@ def markdown_table(result: dict[str, Any]) -> str:
     ...     side, gbs=3692.0, host_bound=True), "accy_over_torch_compile": 1.028,
     ...     "launches": [{}], "err": 6.3e-08, "pass": True}}}
     >>> print(markdown_table(run).splitlines()[-1])
-    | bias_gelu | GB/s | 3795 | 3791–3797 | — | 3692† | — | — | 1.03 |  | 1 | 6.3e-08 pass |
+    | bias_gelu | GB/s | 3795 | 3791–3797 | — | 3692† | — | — | 1.03 |  |  | 1 | 6.3e-08 pass |
+    >>> run["programs"]["bias_gelu"]["copy"] = {"gbs": 3900.0}
+    >>> print(markdown_table(run).splitlines()[-1])
+    | bias_gelu | GB/s | 3795 | 3791–3797 | — | 3692† | — | — | 1.03 |  | 97.3 | 1 | 6.3e-08 pass |
     """
     def fig(v: float | None) -> str:
         return "—" if v is None else (f"{v:.3g}" if v < 100 else f"{v:.0f}")
 
     lines = ["| program | unit | accy | accy min–max | torch eager | torch.compile | "
              "compile, reduce-overhead | cuBLAS | accy / compile | accy / cuBLAS | "
-             "launches (graph) | err |", "| --- " * 12 + "|"]
+             "% of copy (same bytes) | launches (graph) | err |", "| --- " * 13 + "|"]
     for name, e in result["programs"].items():
         if "error" in e:
-            lines.append(f"| {name} | ERROR {e['error'][:80]} |" + " |" * 10)
+            lines.append(f"| {name} | ERROR {e['error'][:80]} |" + " |" * 11)
             continue
         key, unit = _measure(e)
 
@@ -582,12 +611,14 @@ def markdown_table(result: dict[str, Any]) -> str:
         lo, hi = e["accy"][key + "_range"]
         ratio = e.get("accy_over_torch_compile")
         cublas = e.get("accy_over_cublas")
+        share = of_copy(e)
         lines.append(
             f"| {name} | {unit} | {side('accy')} | {fig(lo)}–{fig(hi)} | "
             f"{side('torch_eager')} | {side('torch_compile')} | "
             f"{side('torch_compile_graphs')} | {side('cublas')} | "
             f"{'—' if ratio is None else f'{ratio:.2f}'} | "
             f"{'' if cublas is None else f'{cublas:.2f}'} | "
+            f"{'' if share is None else f'{100 * share:.1f}'} | "
             f"{len(e.get('launches', []))}{' (graph)' if e.get('accy_graph') else ''} | "
             f"{e['err']:.1e} {'pass' if e['pass'] else 'FAIL'} |")
     return "\n".join(lines)
