@@ -21,6 +21,15 @@ and the ratio accy/pool of variants per second. Then, on the accy cluster:
 the distinct batch again (fully reused), one fully reused refresh, and a
 trivial Dask task round trip, on accy's cluster and on a plain Dask one.
 
+``--no-nvrtc-cache`` runs every process of both sides with ``CUDA_CACHE_DISABLE=1``.
+NVRTC 13.0 on the GPU machine keeps the cubins it built in the driver's compute cache
+(``~/.nv/ComputeCache``) and serves a source it compiled before, in any process, in
+~16 ms instead of ~0.15–0.22 s (RESULTS.md, batch, twenty-eighth session); the warm-ups
+compile every measured source, so by default every measured compile on either side is
+such a hit, while accy's store starts empty each pass. Without the cache every compile
+is a real one, as in a sweep over sources the machine never compiled: each pool
+process compiles each source it meets, accy's batch each source about once.
+
 ``--big`` adds the 10,080-variant sweep (5 row programs × 84 shapes × 4 block
 sizes × 3 vector widths × 2 fast-math) at the largest worker count: its time
 and the client's peak RSS, then the same sweep on a new cluster over the same
@@ -31,6 +40,7 @@ under accy's worker GC policy too (:func:`accy.distributed.tune_worker_gc`).
 
     python3 benchmarks/batch.py --target host --workers 2 --variants 60
     python3 benchmarks/batch.py --target cuda --workers 1 8 15 --big   # on the GPU machine
+    python3 benchmarks/batch.py --target cuda --workers 1 8 15 --no-nvrtc-cache
 """
 
 from __future__ import annotations
@@ -644,8 +654,13 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true",
                     help="record each measured accy batch's task stream figures: time to "
                          "the first task, after the last, the workers' busy fraction")
+    ap.add_argument("--no-nvrtc-cache", action="store_true",
+                    help="CUDA_CACHE_DISABLE=1 for every process of both sides: every NVRTC "
+                         "compile a real one (the module docstring says why)")
     ap.add_argument("--output", default=None, help="also write the JSON here")
     args = ap.parse_args()
+    if args.no_nvrtc_cache:  # before any process starts: clusters and pools inherit it
+        os.environ["CUDA_CACHE_DISABLE"] = "1"
     STREAM[0] = args.stream
     POOL_GC[0] = args.pool_gc
     tgt = _tgt(args.target)
@@ -657,6 +672,7 @@ def main() -> None:
             "shared": shared_variants(args.shared or args.variants, tgt)}
     out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
                            "pool_gc": args.pool_gc,
+                           "nvrtc_cache": not args.no_nvrtc_cache,
                            "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
     for w in args.workers if args.repeats else []:
         out.setdefault("interleaved", []).append(
