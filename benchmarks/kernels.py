@@ -483,29 +483,26 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def device_copy(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's reference copies of an f32 ``ROWS``×``COLS`` tensor (256 MiB moved):
+    ``torch``'s ``copy_`` (:func:`same_bytes_copy`) and ``cudaMemcpyAsync``."""
     import cupy
-    import torch
 
-    x = torch.randn((ROWS, COLS), device="cuda")
-    y = torch.empty_like(x)
-    nbytes = 2 * x.numel() * x.element_size()
-    xs, ys = cupy.asarray(x), cupy.asarray(y)
+    nbytes = 2 * ROWS * COLS * 4
+    xs = cupy.empty(nbytes // 2, dtype=cupy.uint8)
+    ys = cupy.empty_like(xs)
     return {
         "bytes": nbytes,
-        "torch_copy": rate(bench(lambda: y.copy_(x), args.calls, args.repeats), nbytes, 0),
+        "torch_copy": same_bytes_copy(nbytes, args),
         "cuda_memcpy": rate(bench(lambda: cupy.cuda.runtime.memcpyAsync(
-            ys.data.ptr, xs.data.ptr, x.numel() * 4, 3, 0), args.calls, args.repeats),
-            nbytes, 0),
+            ys.data.ptr, xs.data.ptr, xs.size, 3, 0), args.calls, args.repeats), nbytes, 0),
     }
 
 
 def same_bytes_copy(nbytes: int, args: argparse.Namespace) -> dict[str, Any] | None:
     """A device copy (``torch``'s ``copy_``) that moves ``nbytes`` (read + write), timed
-    as the programs are: the reference of a memory-bound case's "% of copy".
-
-    The run's ``device_copy`` moves an f32 8192×4096 tensor (256 MiB); a half-precision
-    program moves half that, and a smaller copy reaches fewer GB/s (its launch and last
-    wave weigh more), so each case is set beside a copy of its own size too.
+    as the programs are: the run's reference (:func:`device_copy`) and each GB/s case's
+    "% of copy" — a half-precision program moves half an f32 one's bytes, and a smaller
+    copy reaches fewer GB/s (its launch and last wave weigh more).
     """
     import torch
 
