@@ -7,7 +7,9 @@ on one clock (seconds from the batch's start):
 
 - ``submit``: each chunk's :func:`accy.distributed.batch._submit` (the resolve round
   trip, planning, the graph's message), with ``resolve`` inside it;
-- ``tasks``: per worker, its first start, last stop and task count;
+- ``tasks``: per worker, its first start, last stop and task count; ``busy_s`` and
+  ``busy_fraction``: the workers' computing, in all and over workers × wall;
+  ``concurrency``: the mean number of workers computing in each 50 ms;
 - ``publishes``: each publish's span and its variant count;
 - ``collect``: the collecting thread's spans turning results into receipts (calls
   less than 2 ms apart merged), with their variant counts;
@@ -68,11 +70,14 @@ def one_pass(client: Any, vs: list[Any], spans: Spans) -> dict[str, Any]:
         t1 = time.time()
     assert result.report()["summary"]["ok"] == len(vs), result.report()["summary"]
     workers: dict[str, list[float]] = {}
+    computes: list[tuple[float, float]] = []
     for t in ts.data:
         for ss in t.get("startstops", ()):
             if ss.get("action") == "compute":
-                w = workers.setdefault(t["worker"], [ss["start"], ss["stop"], 0])
+                w = workers.setdefault(t["worker"], [ss["start"], ss["stop"], 0, 0.0])
                 w[0], w[1], w[2] = min(w[0], ss["start"]), max(w[1], ss["stop"]), w[2] + 1
+                w[3] += ss["stop"] - ss["start"]
+                computes.append((ss["start"] - t0, ss["stop"] - t0))
 
     def r(x: float) -> float:
         return round(x - t0, 4)
@@ -84,10 +89,30 @@ def one_pass(client: Any, vs: list[Any], spans: Spans) -> dict[str, Any]:
             runs[-1][1], runs[-1][2] = r(b), runs[-1][2] + 1
         else:
             runs.append([r(a), r(b), 1 if label == "collect" else n])
-    tasks = sorted(([r(a), r(b), n] for a, b, n in workers.values()), key=lambda w: w[0])
+    tasks = sorted(([r(a), r(b), n] for a, b, n, _ in workers.values()), key=lambda w: w[0])
+    busy = sum(w[3] for w in workers.values())
     return {"end": r(t1), "variants_per_s": round(len(vs) / (t1 - t0), 1),
             "first_task": min(t[0] for t in tasks), "last_task_end": max(t[1] for t in tasks),
-            "tasks": tasks, **phases}
+            "tasks": tasks, "busy_s": round(busy, 3),
+            "busy_fraction": round(busy / (len(workers) * (t1 - t0)), 3),
+            "concurrency": concurrency(computes, t1 - t0), **phases}
+
+
+def concurrency(computes: list[tuple[float, float]], wall: float, step: float = 0.05) \
+        -> list[float]:
+    """The mean number of workers computing in each ``step`` seconds of the batch.
+
+    >>> concurrency([(0.0, 0.1), (0.05, 0.1)], 0.1)
+    [1.0, 2.0]
+    """
+    out = []
+    at = 0.0
+    while at < wall - 1e-9:
+        end = min(at + step, wall)
+        out.append(round(sum(max(0.0, min(b, end) - max(a, at)) for a, b in computes)
+                         / (end - at), 2))
+        at = end
+    return out
 
 
 def main() -> None:
