@@ -395,18 +395,16 @@ def held_value(value: Any, pick: int | None) -> Any:
     return value if pick is None else chain_pick_task(value, pick)
 
 
-def stage_task(stage_name: str, prev: Any, request: dict[str, Any], store_url: str | None,
+def stage_task(stage_name: str, prev: Any, preq: PreparationRequest, store: Any,
                writes: WriteBehind | None = None) -> StageResult:
-    """Run (or read back from the store) one stage on a worker. With ``writes`` its
-    product is put in the store in the background (the caller flushes)."""
+    """Run (or read back from ``store``) one stage of the variant ``preq`` on a worker.
+    With ``writes`` its product is put in the store in the background (the caller
+    flushes)."""
     from accy.choir.passes import Reproducer
     from accy.errors import PassFailedError
 
     s = table_stage(stage_name)
-    req = VariantRequest.from_dict(request)
-    store = _store(store_url)
     product = _input_product(prev, store, stage_name)
-    preq = req.preparation_request()
     key = content_key(stage_name, product.fingerprint(), preq.options, preq.shapes)
     t0 = time.perf_counter_ns()
     # deferred: a result read back only to key the next stage is never decoded
@@ -574,15 +572,17 @@ def chain_group_task(chains: list[list[Any]], store_url: str | None, *prevs: Any
     The stage products go to the store in the background (:class:`WriteBehind`),
     flushed before the task returns."""
     entries: list[Any] = []
-    writes = WriteBehind(_store(store_url))
+    store = _store(store_url)
+    writes = WriteBehind(store)
     for (steps, request), prev in zip(chains, prevs):
         receipts: dict[str, Any] = dict(prev.receipts) if isinstance(prev, ChainResult) else {}
         value = prev
+        preq = VariantRequest.from_dict(request).preparation_request()  # once a chain
         try:
             for stage_name, node in steps:
                 if stage_name in ("compile", "load"):
                     break
-                value = stage_task(stage_name, value, request, store_url, writes)
+                value = stage_task(stage_name, value, preq, store, writes)
                 receipts[stage_name] = stage_receipt(value, node)
         except StageFailed as e:
             e.receipts = receipts
