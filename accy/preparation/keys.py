@@ -211,9 +211,9 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str
 """What ``json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)`` builds
 for every call (its options are not the defaults), made once: a batch's client keys
 every stage of every variant, and building the encoder was a fifth of its planning
-(480 shared variants planned in 0.15 s on the 2-core machine, 0.033 s of it in
-``JSONEncoder.__init__``; RESULTS.md, batch, twenty-ninth session). ``encode`` keeps no
-state between calls."""
+(480 shared variants planned in 0.15 s under cProfile on the 2-core machine, 0.033 s of
+it in ``JSONEncoder.__init__``; RESULTS.md, batch, twenty-ninth session). ``encode``
+keeps no state between calls."""
 
 
 def _canonical(obj: Any) -> str:
