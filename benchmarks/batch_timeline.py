@@ -38,13 +38,28 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
 class Spans:
-    """Wall-clock spans of the client's phases, recorded by wrapping module functions."""
+    """Wall-clock spans of the client's phases, recorded by wrapping module functions
+    (or methods: ``module`` may be a class); :meth:`unwrap` puts them back."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, float, float, int]] = []
+        self.wrapped: list[tuple[Any, str, Any]] = []
+
+    def totals(self) -> dict[str, float]:
+        """Seconds spent in each label's spans."""
+        out: dict[str, float] = {}
+        for label, a, b, _ in self.spans:
+            out[label] = out.get(label, 0.0) + b - a
+        return out
+
+    def unwrap(self) -> None:
+        while self.wrapped:
+            module, name, inner = self.wrapped.pop()
+            setattr(module, name, inner)
 
     def wrap(self, module: Any, name: str, label: str, size: Any = None) -> None:
         inner = getattr(module, name)
+        self.wrapped.append((module, name, inner))
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.time()

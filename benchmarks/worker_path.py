@@ -23,7 +23,6 @@ and its compile group; the pool's product fingerprints). What the two sides shar
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
 import json
 import os
@@ -37,44 +36,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SPENT: dict[str, float] = collections.defaultdict(float)
+def instrument() -> Any:
+    """The functions the figures name, wrapped to record their spans
+    (:class:`batch_timeline.Spans`; its ``unwrap`` puts them back)."""
+    from batch_timeline import Spans
 
-
-def timed(owner: Any, name: str, label: str) -> tuple[Any, str, Any]:
-    """Wrap ``owner.name`` so that its wall time adds to ``SPENT[label]``; returns what
-    puts it back."""
-    inner = getattr(owner, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            SPENT[label] += time.perf_counter() - t
-
-    setattr(owner, name, wrapper)
-    return owner, name, inner
-
-
-def instrument() -> list[tuple[Any, str, Any]]:
-    """Wrap the functions the figures name; returns the originals (:func:`restore`)."""
     import accy.distributed.graph as graph
     from accy.pipeline import Stage
     from accy.preparation.admission import WriteBehind
     from accy.preparation.products import Product
 
-    return [timed(Stage, "run", "stages"),
-            timed(WriteBehind, "write", "encode_for_store"),
-            timed(WriteBehind, "flush", "writer_wait"),
-            timed(graph, "content_key", "stage_keys"),
-            timed(graph, "read_stage_result", "store_reads"),
-            timed(graph, "compile_group", "compile_group"),
-            timed(Product, "fingerprint", "fingerprints")]
-
-
-def restore(originals: list[tuple[Any, str, Any]]) -> None:
-    for owner, name, inner in originals:
-        setattr(owner, name, inner)
+    spans = Spans()
+    for owner, name, label in [(Stage, "run", "stages"),
+                               (WriteBehind, "write", "encode_for_store"),
+                               (WriteBehind, "flush", "writer_wait"),
+                               (graph, "content_key", "stage_keys"),
+                               (graph, "read_stage_result", "store_reads"),
+                               (graph, "compile_group", "compile_group"),
+                               (Product, "fingerprint", "fingerprints")]:
+        spans.wrap(owner, name, label)
+    return spans
 
 
 def accy_pass(variants: list[Any], grain: int, programs: dict[str, Any]) -> float:
@@ -126,18 +107,18 @@ def main(argv: list[str] | None = None) -> None:
     target = _tgt(args.target)
     thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
     tune_worker_gc()
-    originals = instrument()
+    spans = instrument()
     try:
-        out = measure(args, target)
+        out = measure(args, target, spans)
     finally:  # this process as it was (a test calls main)
-        restore(originals)
+        spans.unwrap()
         gc.set_threshold(*thresholds)
         if not frozen:
             gc.unfreeze()
     print(json.dumps(out, indent=1))
 
 
-def measure(args: argparse.Namespace, target: str) -> dict[str, Any]:
+def measure(args: argparse.Namespace, target: str, spans: Any) -> dict[str, Any]:
     from batch import distinct_variants, warm_up_variants
 
     programs: dict[str, Any] = {}
@@ -149,10 +130,11 @@ def measure(args: argparse.Namespace, target: str) -> dict[str, Any]:
         vs = distinct_variants(args.variants, target, first_rows=8 + 4000 * (p + 1))
         row: dict[str, Any] = {}
         for side in ("accy", "pool"):
-            SPENT.clear()
+            spans.spans.clear()
             took = accy_pass(vs, args.grain, programs) if side == "accy" else pool_pass(vs)
             row[side] = {"ms_per_variant": round(took / len(vs) * 1e3, 3),
-                         **{k: round(v / len(vs) * 1e3, 3) for k, v in sorted(SPENT.items())}}
+                         **{k: round(v / len(vs) * 1e3, 3)
+                            for k, v in sorted(spans.totals().items())}}
         passes.append(row)
         print(f"pass {p}: accy {row['accy']['ms_per_variant']} ms, "
               f"pool {row['pool']['ms_per_variant']} ms a variant", file=sys.stderr)
