@@ -19,7 +19,9 @@ on one clock (seconds from the batch's start):
     python3 benchmarks/batch_timeline.py --target cuda --workers 15 --variants 480   # H200
 
 ``--set NAME=VALUE`` sets a constant of :mod:`accy.distributed.batch` first (e.g.
-``TAIL_GRAIN_DIVISOR=4``), to compare settings in one visit.
+``TAIL_GRAIN_DIVISOR=4``), or of another module named in full
+(``accy.distributed.local.NANNY_CHORES_MS={}``; the value is JSON), to compare settings
+in one visit.
 """
 
 from __future__ import annotations
@@ -130,6 +132,33 @@ def concurrency(computes: list[tuple[float, float]], wall: float, step: float = 
     return out
 
 
+def set_constant(item: str, default: Any) -> None:
+    """``NAME=VALUE``: the constant ``NAME`` of module ``default`` (or, with dots, of the
+    module its prefix names) set to the JSON ``VALUE``.
+
+    >>> import types
+    >>> m = types.SimpleNamespace(GRAIN=8)
+    >>> set_constant("GRAIN=4", m); m.GRAIN
+    4
+    >>> import accy.distributed.local as local
+    >>> before = local.NANNY_CHORES_MS
+    >>> set_constant("accy.distributed.local.NANNY_CHORES_MS={}", m)
+    >>> local.NANNY_CHORES_MS
+    {}
+    >>> local.NANNY_CHORES_MS = before
+    """
+    import importlib
+
+    name, value = item.split("=", 1)
+    module: Any = default
+    if "." in name:
+        path, name = name.rsplit(".", 1)
+        module = importlib.import_module(path)
+    if not hasattr(module, name):
+        raise SystemExit(f"--set: {getattr(module, '__name__', module)} has no {name}")
+    setattr(module, name, json.loads(value))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="host")
@@ -138,7 +167,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--shared", action="store_true", help="the shared-stage sweep")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="set a constant of accy.distributed.batch (an int) first")
+                    help="set a constant of accy.distributed.batch, or of the module "
+                         "NAME names in full, to VALUE (JSON) first")
     args = ap.parse_args()
 
     from batch import PROGRAMS, distinct_variants, shared_variants
@@ -149,9 +179,7 @@ def main() -> None:
     from accy.distributed.state import unpin
 
     for item in args.set:
-        name, value = item.split("=", 1)
-        assert hasattr(batch_mod, name), name
-        setattr(batch_mod, name, int(value))
+        set_constant(item, batch_mod)
     spans = Spans()
     spans.wrap(batch_mod, "_submit", "submit", lambda a: len(a[1]))
     spans.wrap(batch_mod, "resolve_many", "resolve", lambda a: len(a[1]))

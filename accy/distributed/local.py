@@ -40,6 +40,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
@@ -92,15 +93,42 @@ reference run and checks (RESULTS.md, tuning). Three let two groups prepare whil
 one times."""
 
 
+NANNY_CHORES_MS = {"tick": 1000, "monitor": 2000, "memory_monitor": 500}
+"""The intervals (ms) of a local cluster's nannies' own periodic chores. The nannies live
+in the client's process, on its event loop, and by Dask's defaults each one measures
+that loop's tick every 20 ms, its process's CPU and memory every 500 ms and its worker's
+memory every 100 ms: idle, 8 nannies took 70 ms of the client's CPU a second, under the
+GIL the batch's collecting, submitting and publishing threads share (RESULTS.md, batch,
+thirtieth session). Their workers keep Dask's intervals."""
+
+
+@functools.cache
+def _quiet_nanny_class() -> Any:
+    from distributed import Nanny
+
+    class QuietNanny(Nanny):
+        """A :class:`distributed.Nanny` whose own chores run at :data:`NANNY_CHORES_MS`."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            for name, ms in NANNY_CHORES_MS.items():
+                pc = self.periodic_callbacks.get(name)
+                if pc is not None:  # created here, started with the nanny
+                    pc.callback_time = max(pc.callback_time, ms)
+
+    return QuietNanny
+
+
 def worker_specs(workers: int, devices: list[str], *, processes: bool = True,
                  options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Dask worker specs (see the module docstring): GPU workers round-robin over
     ``devices``, or CPU workers when there are none. With ``processes`` the workers
-    are nannies whose environment pins the device; in-process workers (tests)
+    are nannies (quieter than Dask's: :data:`NANNY_CHORES_MS`) whose environment pins
+    the device; in-process workers (tests)
     declare the same resources without pinning."""
-    from distributed import Nanny, Worker
+    from distributed import Worker
 
-    cls = Nanny if processes else Worker
+    cls = _quiet_nanny_class() if processes else Worker
     base = dict(options or {}, nthreads=1)
     specs: dict[str, Any] = {}
     for i in range(workers):

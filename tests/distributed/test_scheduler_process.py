@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Any
 from pathlib import Path
 
 import psutil
@@ -50,6 +51,15 @@ def test_the_scheduler_runs_in_its_own_process_with_accys_config_and_plugin(tmp_
         folder = cluster.scheduler.folder
         assert folder is not None and os.stat(folder).st_mode & 0o777 == 0o700
         client.wait_for_workers(2)
+        # the nannies (on this process's event loop) do their own chores less often; their
+        # workers keep Dask's intervals
+        from accy.distributed.local import NANNY_CHORES_MS
+
+        for nanny in cluster.workers.values():
+            assert nanny.periodic_callbacks["tick"].callback_time == NANNY_CHORES_MS["tick"]
+            assert nanny.periodic_callbacks["monitor"].callback_time == NANNY_CHORES_MS["monitor"]
+        ticks = client.run(_tick_ms)
+        assert sorted(ticks.values()) == [20, 20]
         # each worker process runs under accy's GC policy (frozen start, higher thresholds)
         from accy.distributed import WORKER_GC_THRESHOLDS
 
@@ -64,6 +74,10 @@ def test_the_scheduler_runs_in_its_own_process_with_accys_config_and_plugin(tmp_
         assert again.report()["summary"]["stage_runs"] == 0
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not os.path.exists(folder)
+
+
+def _tick_ms(dask_worker: Any) -> float:
+    return float(dask_worker.periodic_callbacks["tick"].callback_time)
 
 
 def _gc_facts() -> tuple[list[int], int]:
