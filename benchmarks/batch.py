@@ -194,8 +194,9 @@ def count_compiles() -> None:
     nvrtc_counts(reset=True)
 
 
-def compiles_counted() -> list[int]:
-    """NVRTC programs and kernels this process compiled since :func:`count_compiles`."""
+def compiles_counted() -> list[float]:
+    """NVRTC programs and kernels this process compiled since :func:`count_compiles`, and
+    the seconds it spent in NVRTC."""
     from accy.executable.device import nvrtc_counts
 
     return list(nvrtc_counts())
@@ -347,7 +348,8 @@ def metered_batch(client: Any, cluster: Any, vs: list[Any], store: str) \
     figures = dict(meter.figures)
     counts = client.run(compiles_counted).values()
     figures["nvrtc"] = {"programs": sum(c[0] for c in counts),
-                        "kernels": sum(c[1] for c in counts)}
+                        "kernels": sum(c[1] for c in counts),
+                        "seconds": round(sum(c[2] for c in counts), 3)}
     if ts is not None:
         workers = len(client.scheduler_info().get("workers", {}))
         figures["task_stream"] = stream_figures(ts.data, t0, t1, workers)
@@ -486,7 +488,10 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
                         row[f"accy_{name}"] = round(len(vs) / res.wall_s, 2)
                         row[f"accy_{name}_cpu_s"] = cpu
                     else:
-                        row[f"pool_{name}"] = round(len(vs) / pool_pass(pool, vs)[0], 2)
+                        wall, compiles = pool_pass(pool, vs)
+                        row[f"pool_{name}"] = round(len(vs) / wall, 2)
+                        # its processes' compile receipts: NVRTC, or a binary they held
+                        row[f"pool_{name}_compile_s"] = round(sum(compiles) / 1e9, 3)
                 row[f"ratio_{name}"] = round(row[f"accy_{name}"] / row[f"pool_{name}"], 2)
             reps.append(row)
             print(f"workers={workers} repeat {rep}: " + ", ".join(

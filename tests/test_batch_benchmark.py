@@ -51,10 +51,12 @@ def test_the_compile_count_sees_each_nvrtc_program_and_its_kernels(batch):
     k = 'extern "C" __global__ void {}(float* x) {{ x[0] = {}; }}\n'
     batch.count_compiles()
     compile_cuda(k.format("a", 1), "sm_90")
-    assert batch.compiles_counted() == [1, 1]
+    programs, kernels, seconds = batch.compiles_counted()
+    assert (programs, kernels) == (1, 1) and seconds > 0
     compile_cuda_parts("", [k.format("b", 2), k.format("c", 3)], "sm_90")  # a program each
     compile_cuda(k.format("d", 4) + k.format("e", 5), "sm_90")  # one program, two kernels
-    assert batch.compiles_counted() == [4, 5]
+    assert batch.compiles_counted()[:2] == [4, 5]
+    assert batch.compiles_counted()[2] > seconds  # three more programs' time
     batch.count_compiles()  # from zero again
     compile_cuda(k.format("f", 6), "sm_90")
-    assert batch.compiles_counted() == [1, 1]
+    assert batch.compiles_counted()[:2] == [1, 1]

@@ -25,9 +25,10 @@ import shlex
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -187,26 +188,37 @@ def _saved_source(workspace: str | None, name: str, source: str) -> str | None:
     return path
 
 
-_NVRTC_COUNTS = [0, 0]
+class NvrtcCounts(NamedTuple):
+    """What :func:`nvrtc_counts` counts."""
+
+    programs: int
+    kernels: int
+    seconds: float
+    """Wall seconds inside NVRTC (creating, compiling, reading back the cubin)."""
+
+
+_NVRTC_COUNTS: list[int] = [0, 0, 0]  # programs, kernels, nanoseconds
 _NVRTC_COUNTS_LOCK = threading.Lock()
 
 
-def nvrtc_counts(*, reset: bool = False) -> tuple[int, int]:
-    """The NVRTC programs this process compiled and the kernels they held (``extern "C"
-    __global__`` in their sources), since it started or the last ``reset``: how many
-    times a batch compiled its sources (``benchmarks/batch.py`` reads it on every
-    worker). ``reset`` starts both from zero again, returning the counts before.
+def nvrtc_counts(*, reset: bool = False) -> NvrtcCounts:
+    """The NVRTC programs this process compiled, the kernels they held (``extern "C"
+    __global__`` in their sources) and the seconds that took, since it started or the
+    last ``reset``: how many times a batch compiled its sources, and at what cost
+    (``benchmarks/batch.py`` reads it on every worker). ``reset`` starts them from zero
+    again, returning the counts before.
 
     >>> _ = nvrtc_counts(reset=True)
     >>> _ = compile_cuda('extern "C" __global__ void k(float* x) { x[0] = 1; }', "sm_90")
-    >>> nvrtc_counts()
-    (1, 1)
+    >>> c = nvrtc_counts()
+    >>> (c.programs, c.kernels), c.seconds > 0
+    ((1, 1), True)
     """
     with _NVRTC_COUNTS_LOCK:
-        counts = (_NVRTC_COUNTS[0], _NVRTC_COUNTS[1])
+        programs, kernels, ns = _NVRTC_COUNTS
         if reset:
-            _NVRTC_COUNTS[:] = [0, 0]
-    return counts
+            _NVRTC_COUNTS[:] = [0, 0, 0]
+    return NvrtcCounts(programs, kernels, ns / 1e9)
 
 
 def _nvrtc(source: str, name: str, opts: Sequence[str]) \
@@ -218,6 +230,7 @@ def _nvrtc(source: str, name: str, opts: Sequence[str]) \
         _NVRTC_COUNTS[0] += 1
         _NVRTC_COUNTS[1] += source.count('extern "C" __global__')
 
+    t0 = time.perf_counter_ns()
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:
@@ -227,6 +240,8 @@ def _nvrtc(source: str, name: str, opts: Sequence[str]) \
             return b"", (e, nvrtc.getProgramLog(prog) or str(e))
     finally:
         nvrtc.destroyProgram(prog)
+        with _NVRTC_COUNTS_LOCK:
+            _NVRTC_COUNTS[2] += time.perf_counter_ns() - t0
 
 
 def _whole_cubin(prog: int, cubin: bytes) -> bytes:

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
