@@ -1273,7 +1273,10 @@ def resolve_many(client: Any, requests: list[dict[str, Any]],
     table = None
     if templates is not None:
         table = [json.loads(t) for t, _ in sorted(templates.items(), key=lambda kv: kv[1])]
-    answer = client.sync(client.scheduler.accy_resolve, requests=requests, templates=table)
+    from accy.distributed.plugin import pack_message, unpack_message
+
+    answer = client.sync(client.scheduler.accy_resolve, packed=pack_message([requests, table]))
+    answer = dict(unpack_message(answer["packed"]))
     entries = answer.pop("entries", None)
     if entries is None:  # an answer in the expanded form
         return answer

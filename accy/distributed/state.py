@@ -137,8 +137,10 @@ async def _call(client: Client, handler: str, **kwargs: Any) -> Any:
 
 async def _publish(client: Client, expected_version: int, entries: dict[str, dict[str, Any]],
                    variants: dict[str, dict[str, Any]], keys: list[Any]) -> Any:
+    from accy.distributed.plugin import pack_message
+
     return await _call(client, "accy_publish", expected_version=expected_version,
-                       entries=entries, variants=variants, keys=_wire_keys(keys))
+                       packed=pack_message([entries, variants, _wire_keys(keys)]))
 
 
 async def _publish_with_merge(client: Client, entries: dict[str, dict[str, Any]],
