@@ -28,6 +28,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Iterable, Iterator
@@ -65,9 +66,11 @@ class Variant:
         """The program's file stem."""
         return os.path.splitext(os.path.basename(self.program))[0]
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
-        """Stable, readable id: ``softmax[target=host,arg0=1024x1024,kernel.block_size=128]``."""
+        """Stable, readable id: ``softmax[target=host,arg0=1024x1024,kernel.block_size=128]``
+        (made once: a batch names each variant several times, and a variant, frozen, keeps
+        its shapes and options)."""
         parts = [f"target={self.target}"]
         parts += [f"arg{i}={_shape_text(self.shapes[i])}" for i in sorted(self.shapes)]
         parts += [f"{k}={_value_text(v)}" for k, v in self.options.items()]

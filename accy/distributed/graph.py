@@ -292,14 +292,28 @@ class ChainResult:
             self._wire = None
         return self._result
 
+    def wire_parts(self) -> tuple[str, bytes]:
+        """Its kind and its result's wire bytes (none for a stored fragment)."""
+        if self.kind == "stored-fragment":
+            return self.kind, b""
+        return self.kind, self._wire if self._wire is not None else self._result.to_wire()
+
+    @staticmethod
+    def from_parts(kind: str, receipts: dict[str, Any], load: dict[str, Any] | None,
+                   body: bytes) -> ChainResult:
+        """:meth:`wire_parts` back, with its receipts and load descriptor; the result
+        decoded only when read."""
+        if kind not in ("stage", "fragment", "stored-fragment"):
+            raise ValueError(f"chain result of kind {kind!r}")
+        out = ChainResult(receipts, None, load, kind)
+        out._wire = body
+        return out
+
     def to_wire(self) -> bytes:
         import msgpack
 
-        if self.kind == "stored-fragment":
-            body = b""
-        else:
-            body = self._wire if self._wire is not None else self._result.to_wire()
-        return msgpack.packb([b"accy-chain", self.kind, self.receipts, self.load, body],
+        kind, body = self.wire_parts()
+        return msgpack.packb([b"accy-chain", kind, self.receipts, self.load, body],
                              use_bin_type=True)
 
     @staticmethod
@@ -311,13 +325,11 @@ class ChainResult:
         try:
             tag, kind, receipts, load, body = msgpack.unpackb(bytes(data), raw=False,
                                                               strict_map_key=False)
-            if tag != b"accy-chain" or kind not in ("stage", "fragment", "stored-fragment"):
+            if tag != b"accy-chain":
                 raise ValueError("tag")
+            return ChainResult.from_parts(kind, receipts, load, body)
         except Exception as e:
             raise WireFormatError(f"malformed chain result: {type(e).__name__}") from None
-        out = ChainResult(receipts, None, load, kind)
-        out._wire = body
-        return out
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError("ChainResult never pickles: it travels as msgpack")
@@ -512,8 +524,11 @@ def chain_task(steps: list[list[str]], prev: Any, request: dict[str, Any],
 
 class ChainGroup:
     """What a :func:`chain_group_task` leaves under its key: per chain, its
-    :class:`ChainResult` or the ``StageFailed`` that ended it. Moves as msgpack (each
-    result as its own wire bytes, each failure as its fields)."""
+    :class:`ChainResult` or the ``StageFailed`` that ended it. Moves as msgpack: each
+    stage receipt once however many of its chains carry it (the chains of a group that
+    read one prefix carry that prefix's receipts: four of seven in a shared sweep,
+    3.4 KB a chain before; RESULTS.md, batch, thirtieth session), each result's product
+    as its own wire bytes, each failure as its fields."""
 
     def __init__(self, entries: list[Any]) -> None:
         self.entries = entries
@@ -521,10 +536,28 @@ class ChainGroup:
     def to_wire(self) -> bytes:
         import msgpack
 
-        body = [[b"ok", e.to_wire()] if isinstance(e, ChainResult) else
-                [b"failed", type(e) is InputLost, e.message, e.stage, e.pipeline, e.pass_name,
-                 e.reproducer, e.receipts] for e in self.entries]
-        return msgpack.packb([b"accy-chains", body], use_bin_type=True)
+        table: list[Any] = []
+        seen: dict[int, int] = {}  # id of a receipt dict → its place in the table
+
+        def refs(receipts: dict[str, Any]) -> dict[str, int]:
+            out = {}
+            for stage, r in receipts.items():
+                at = seen.get(id(r))
+                if at is None:
+                    at = seen[id(r)] = len(table)
+                    table.append(r)
+                out[stage] = at
+            return out
+
+        body = []
+        for e in self.entries:
+            if isinstance(e, ChainResult):
+                kind, result = e.wire_parts()
+                body.append([b"ok", kind, refs(e.receipts), e.load, result])
+            else:
+                body.append([b"failed", type(e) is InputLost, e.message, e.stage, e.pipeline,
+                             e.pass_name, e.reproducer, e.receipts])
+        return msgpack.packb([b"accy-chains", table, body], use_bin_type=True)
 
     @staticmethod
     def from_wire(data: bytes) -> ChainGroup:
@@ -533,13 +566,15 @@ class ChainGroup:
         from accy.errors import WireFormatError
 
         try:
-            tag, body = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+            tag, table, body = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
             if tag != b"accy-chains":
                 raise ValueError("tag")
             entries: list[Any] = []
             for e in body:
                 if e[0] == b"ok":
-                    entries.append(ChainResult.from_wire(e[1]))
+                    _, kind, refs, load, result = e
+                    entries.append(ChainResult.from_parts(
+                        kind, {stage: table[i] for stage, i in refs.items()}, load, result))
                 else:
                     lost, message, stage, pipeline, pass_name, repro, receipts = e[1:]
                     entries.append(_rebuild_failure(InputLost if lost else StageFailed,

@@ -16,7 +16,7 @@ from accy.distributed.batch import run_batch
 from accy.distributed.plugin import AccyCachePlugin
 from accy.distributed.resolve import latest_index, resolve
 from accy.distributed.state import fetch_state
-from accy.errors import AccyError
+from accy.errors import AccyError, WireFormatError
 from accy.pipeline import PREPARATION_NAMES as STAGES
 from accy.preparation.report import RECEIPT_ORDER
 from accy.store import ArtifactStore
@@ -247,6 +247,28 @@ def test_a_chain_group_moves_as_msgpack_with_its_failures():
         assert e.stage == "memory"
     else:
         raise AssertionError("a failed chain's pick must raise its failure")
+
+
+def test_a_chain_group_moves_a_receipt_its_chains_share_once():
+    """Chains of one group that read one prefix carry that prefix's receipt dicts: the
+    group's wire holds each once, and they come back equal (and shared)."""
+    prefix = {"contract": {"key": "c" * 32, "fields": {"options": {"x": 1}}},
+              "memory": {"key": "m" * 32, "pass_ns": {"plan": 5}}}
+    chains = []
+    for i in range(8):
+        c = graph.ChainResult(dict(prefix, kernel={"key": str(i), "origin": "ran"}), None,
+                              {"worker": "w"}, "stage")
+        c._wire = b"product %d" % i
+        chains.append(c)
+    wire = graph.ChainGroup(chains).to_wire()
+    alone = sum(len(c.to_wire()) for c in chains)
+    assert len(wire) < 0.6 * alone
+    moved = graph.ChainGroup.from_wire(wire)
+    for c, m in zip(chains, moved.entries):
+        assert m.receipts == c.receipts and m.load == c.load and m._wire == c._wire
+    assert moved.entries[0].receipts["contract"] is moved.entries[7].receipts["contract"]
+    with pytest.raises(WireFormatError):
+        graph.ChainGroup.from_wire(wire[:-3])
 
 
 def _two_chains() -> graph.ChainGroup:
