@@ -549,7 +549,7 @@ class ChainGroup:
                 out[stage] = at
             return out
 
-        body = []
+        body: list[list[Any]] = []
         for e in self.entries:
             if isinstance(e, ChainResult):
                 kind, result = e.wire_parts()
