@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from accy.preparation.keys import make_key
+from accy.preparation.keys import keyed
 
 
 def latest_index(variants: Mapping[str, Any]) -> dict[tuple[str, str], str]:
@@ -64,10 +64,11 @@ def resolve(entries: Mapping[str, Any], variants: Mapping[str, Any], workers: It
         k = (ident, field, value)
         hit = memo.get(k)
         if hit is None:
-            fields = dict(templates[tmpl] if isinstance(tmpl, int) and templates is not None
-                          else tmpl)
-            fields[field] = value
-            hit = memo[k] = make_key(fields).hex
+            # the template's canonical JSON made once (keyed), not each key's whole fields:
+            # make_key here was 15 % of the scheduler's samples in a 2-worker shared
+            # sweep (RESULTS.md, batch, thirtieth session)
+            t = templates[tmpl] if isinstance(tmpl, int) and templates is not None else tmpl
+            hit = memo[k] = keyed(t, field, value).hex
         return hit
 
     results = []
