@@ -21,7 +21,9 @@ and the ratio accy/pool of variants per second. Then, on the accy cluster:
 the distinct batch again (fully reused), one fully reused refresh, and a
 trivial Dask task round trip, on accy's cluster and on a plain Dask one.
 
-``--no-nvrtc-cache`` runs every process of both sides with ``CUDA_CACHE_DISABLE=1``.
+``--no-nvrtc-cache`` runs every process of both sides with ``CUDA_CACHE_DISABLE=1``;
+``--compile-apart`` has accy's compile groups give each distinct source an NVRTC program
+of its own (``ACCY_GROUP_SOURCES=0``), the text a pool process compiles.
 NVRTC 13.0 on the GPU machine keeps the cubins it built in the driver's compute cache
 (``~/.nv/ComputeCache``) and serves a source it compiled before, in any process, in
 ~16 ms instead of ~0.15–0.22 s (RESULTS.md, batch, twenty-eighth session); the warm-ups
@@ -659,6 +661,9 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true",
                     help="record each measured accy batch's task stream figures: time to "
                          "the first task, after the last, the workers' busy fraction")
+    ap.add_argument("--compile-apart", action="store_true",
+                    help="accy's compile groups give each distinct source an NVRTC program "
+                         "of its own (ACCY_GROUP_SOURCES=0), as the pool's processes do")
     ap.add_argument("--no-nvrtc-cache", action="store_true",
                     help="CUDA_CACHE_DISABLE=1 for every process of both sides: every NVRTC "
                          "compile a real one (the module docstring says why)")
@@ -666,6 +671,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.no_nvrtc_cache:  # before any process starts: clusters and pools inherit it
         os.environ["CUDA_CACHE_DISABLE"] = "1"
+    if args.compile_apart:  # the same: accy's workers inherit it
+        from accy.executable.compile import GROUP_SOURCES_ENV
+
+        os.environ[GROUP_SOURCES_ENV] = "0"
     STREAM[0] = args.stream
     POOL_GC[0] = args.pool_gc
     tgt = _tgt(args.target)
@@ -678,6 +687,7 @@ def main() -> None:
     out: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(),
                            "pool_gc": args.pool_gc,
                            "nvrtc_cache": not args.no_nvrtc_cache,
+                           "group_sources": not args.compile_apart,
                            "date": time.strftime("%Y-%m-%d %H:%M"), "target": tgt, "runs": []}
     for w in args.workers if args.repeats else []:
         out.setdefault("interleaved", []).append(

@@ -365,9 +365,35 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     return CompiledFragment(key, plan, binary, source, elapsed, src_path)
 
 
+GROUP_SOURCES_ENV = "ACCY_GROUP_SOURCES"
+"""``0``: a compile group gives each distinct CUDA source an NVRTC program of its own
+(:func:`group_sources`); anything else, or unset: one program for all of them."""
+
+
+def group_sources() -> bool:
+    """Whether :func:`compile_fragments` compiles a group's distinct CUDA sources as one
+    NVRTC program (the default) or each as its own (``ACCY_GROUP_SOURCES=0``, read at
+    each call: a cluster's workers inherit it from the process that starts them).
+
+    One program pays NVRTC's per-program cost once: a 480-variant shared sweep on the
+    2-core machine spent 4.6–6.1 s in NVRTC for 17–18 programs of ~100 kernels, each
+    source apart 7.3–8.0 s for 109 programs. A source's own program is the text a plain
+    ``compile_fragment`` (or a process pool) compiles, so where NVRTC keeps what it built
+    in the driver's compute cache (the GPU hosts) a source any process compiled before
+    is served from it, while a group's program is a new text whenever the group holds a
+    new mix of sources (RESULTS.md, batch, thirtieth session).
+
+    >>> import os; os.environ.pop(GROUP_SOURCES_ENV, None); group_sources()
+    True
+    """
+    return os.environ.get(GROUP_SOURCES_ENV, "1").strip() != "0"
+
+
 def shared_program(backend: Backend, fast_math: bool) -> tuple[str, tuple[str, ...]] | None:
     """What fragments must have in common to compile in one program: their backend and
-    flags (CUDA: one NVRTC program); None where each compiles alone (the host's C)."""
+    flags (CUDA: one NVRTC program); None where each compiles alone (the host's C). A
+    batch groups the chains that share one in a task (whatever :func:`group_sources`
+    says: a task compiles its chains' sources once each either way)."""
     return (backend.name, backend.flags(fast_math)) if backend.language == "cuda" else None
 
 
@@ -400,7 +426,8 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey],
     """Compile several target products, CUDA ones of one arch and flags in one compiler
     run: one NVRTC program holding each distinct source once (:func:`grouped_unit`), its
     kernels renamed in the launch tables of the fragments that render it, the cubin
-    shared. NVRTC's cost is largely per program and per source, so a batch's compile
+    shared (with ``ACCY_GROUP_SOURCES=0``, :func:`group_sources`, each distinct source
+    in a program of its own instead, still once a process). NVRTC's cost is largely per program and per source, so a batch's compile
     tasks pay it once per group and once per source: fragments that differ only in
     what the loader passes (row counts) compile once. A source this process or
     ``store`` compiled before is not compiled at all (:func:`reused_binary`). A
@@ -415,7 +442,8 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey],
     groups: dict[Any, list[int]] = {}
     for i, job in enumerate(jobs):
         program = shared_program(fragment_backend(job), FragmentPlan.of(job).fast_math)
-        groups.setdefault(program if program is not None else ("alone", i), []).append(i)
+        alone = program is None or not group_sources()
+        groups.setdefault(("alone", i) if alone else program, []).append(i)
     for members in groups.values():
         shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members],
                                  store) if len(members) > 1 else None

@@ -45,6 +45,25 @@ def test_fragments_of_one_arch_and_flags_share_one_cubin_under_renamed_kernels()
         assert c.plan.buffers == alone.buffers  # type: ignore[union-attr]
 
 
+def test_with_group_sources_off_each_source_is_a_program_of_its_own(monkeypatch) -> None:
+    """``ACCY_GROUP_SOURCES=0``: the text a plain compile makes (no renamed kernels), one
+    NVRTC program a distinct source, a source seen twice compiled once."""
+    from accy.executable.compile import GROUP_SOURCES_ENV
+    from accy.executable.device import nvrtc_counts
+
+    monkeypatch.setenv(GROUP_SOURCES_ENV, "0")
+    BINARIES.clear()
+    jobs = [job("softmax"), job("layernorm"), job("softmax", shape=(16, 4096))]
+    nvrtc_counts(reset=True)
+    got = compile_fragments(jobs, [compile_key(j) for j in jobs])
+    assert nvrtc_counts().programs == 2
+    assert got[0].binary != got[1].binary and got[2].binary == got[0].binary  # type: ignore[union-attr]
+    for c, j in zip(got, jobs):
+        assert [launch.kernel for launch in c.plan.launches] == \
+            [launch.kernel for launch in FragmentPlan.of(j).launches]  # type: ignore[union-attr]
+        assert c.source == compile_fragment(j).source  # type: ignore[union-attr]
+
+
 def test_other_flags_and_the_host_compile_apart() -> None:
     jobs = [job("softmax"), job("softmax", opts=("target.fast_math=true",)),
             job("layernorm", target="host"), job("rmsnorm")]
