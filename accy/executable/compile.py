@@ -381,7 +381,10 @@ def group_sources() -> bool:
     ``compile_fragment`` (or a process pool) compiles, so where NVRTC keeps what it built
     in the driver's compute cache (the GPU hosts) a source any process compiled before
     is served from it, while a group's program is a new text whenever the group holds a
-    new mix of sources (RESULTS.md, batch, thirtieth session).
+    new mix of sources. On an H100 host the first repeat of a shared sweep then ran
+    faster apart, but the later ones, whose group programs the cache served, slower
+    (twice the programs): grouped stays the default (RESULTS.md, batch, thirtieth
+    session).
 
     >>> import os; os.environ.pop(GROUP_SOURCES_ENV, None); group_sources()
     True
