@@ -430,8 +430,9 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey],
     run: one NVRTC program holding each distinct source once (:func:`grouped_unit`), its
     kernels renamed in the launch tables of the fragments that render it, the cubin
     shared (with ``ACCY_GROUP_SOURCES=0``, :func:`group_sources`, each distinct source
-    in a program of its own instead, still once a process). NVRTC's cost is largely per program and per source, so a batch's compile
-    tasks pay it once per group and once per source: fragments that differ only in
+    in a program of its own instead, still once a process). NVRTC's cost is largely per
+    program and per source, so a batch's compile tasks pay it once per group and once
+    per source: fragments that differ only in
     what the loader passes (row counts) compile once. A source this process or
     ``store`` compiled before is not compiled at all (:func:`reused_binary`). A
     fragment's source is its own part (it compiles alone to the same kernels), its
