@@ -525,7 +525,7 @@ def chain_task(steps: list[list[str]], prev: Any, request: dict[str, Any],
 class ChainGroup:
     """What a :func:`chain_group_task` leaves under its key: per chain, its
     :class:`ChainResult` or the ``StageFailed`` that ended it. Moves as msgpack: each
-    stage receipt once however many of its chains carry it (the chains of a group that
+    stage receipt once however many of its chains (ended or failed) carry it (those that
     read one prefix carry that prefix's receipts: four of seven in a shared sweep,
     3.4 KB a chain before; RESULTS.md, batch, thirtieth session), each result's product
     as its own wire bytes, each failure as its fields."""
@@ -556,7 +556,7 @@ class ChainGroup:
                 body.append([b"ok", kind, refs(e.receipts), e.load, result])
             else:
                 body.append([b"failed", type(e) is InputLost, e.message, e.stage, e.pipeline,
-                             e.pass_name, e.reproducer, e.receipts])
+                             e.pass_name, e.reproducer, refs(e.receipts)])
         return msgpack.packb([b"accy-chains", table, body], use_bin_type=True)
 
     @staticmethod
@@ -570,16 +570,19 @@ class ChainGroup:
             if tag != b"accy-chains":
                 raise ValueError("tag")
             entries: list[Any] = []
+
+            def receipts(refs: dict[str, int]) -> dict[str, Any]:
+                return {stage: table[i] for stage, i in refs.items()}
+
             for e in body:
                 if e[0] == b"ok":
                     _, kind, refs, load, result = e
-                    entries.append(ChainResult.from_parts(
-                        kind, {stage: table[i] for stage, i in refs.items()}, load, result))
+                    entries.append(ChainResult.from_parts(kind, receipts(refs), load, result))
                 else:
-                    lost, message, stage, pipeline, pass_name, repro, receipts = e[1:]
+                    lost, message, stage, pipeline, pass_name, repro, refs = e[1:]
                     entries.append(_rebuild_failure(InputLost if lost else StageFailed,
                                                     message, stage, pipeline, pass_name,
-                                                    repro, receipts))
+                                                    repro, receipts(refs)))
         except Exception as e:
             raise WireFormatError(f"malformed chain group: {type(e).__name__}") from None
         return ChainGroup(entries)

@@ -444,10 +444,11 @@ def compile_fragments(jobs: Sequence[TargetJob], keys: Sequence[StageKey],
     """
     out: list[CompiledFragment | AccyError | None] = [None] * len(jobs)
     groups: dict[Any, list[int]] = {}
+    apart = not group_sources()
     for i, job in enumerate(jobs):
         program = shared_program(fragment_backend(job), FragmentPlan.of(job).fast_math)
-        alone = program is None or not group_sources()
-        groups.setdefault(("alone", i) if alone else program, []).append(i)
+        groups.setdefault(("alone", i) if apart or program is None else program,
+                          []).append(i)
     for members in groups.values():
         shared = _compile_shared([jobs[i] for i in members], [keys[i] for i in members],
                                  store) if len(members) > 1 else None
