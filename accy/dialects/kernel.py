@@ -73,7 +73,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, min_blocks, raster)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, min_blocks, raster, streams)
     """
 
     kind: str
@@ -163,6 +163,11 @@ class KernelPlan:
     span % rows``, tile column ``b % span / rows``, for group ``g = b / span``, ``span =
     raster · grid.x``, ``rows`` the group's rows, fewer in a last short group); 1:
     row-major."""
+    streams: int = 1
+    """``thread-per-row``: the runs the launch's blocks are dealt into, round robin: block
+    ``b`` of a grid of ``n`` takes the tile ``s · (n / streams) + min(s, n % streams) + b
+    / streams`` of run ``s = b % streams`` (:func:`accy.preparation.passes.kernel.
+    stream_tile`); 1: tile ``b``."""
 
     def __post_init__(self) -> None:
         if self.mapping not in MAPPINGS:

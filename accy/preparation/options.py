@@ -219,6 +219,13 @@ class KernelOptions:
     :func:`accy.preparation.passes.kernel.column_layout`'s). Where the rows' innermost
     extent does not divide it, a buffer is not aligned to it or an element is no float,
     one row a thread."""
+    column_streams: int = 0
+    """The runs a ``thread-per-row`` kernel's blocks are dealt into (rows that are
+    columns in memory: a softmax over axis 0): block ``b`` of the launch takes the tile
+    ``b / streams`` of run ``b % streams``, each run a contiguous stretch of the tiles,
+    so the blocks resident at once read ``streams`` places of each row in memory rather
+    than one (1: the tiles in launch order; 1 to 1024; 0 picks
+    :data:`accy.preparation.passes.kernel.COLUMN_STREAMS`)."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
@@ -350,6 +357,9 @@ class KernelOptions:
         if self.column_split not in (0, 1, 2, 4, 8):
             raise OptionError(f"kernel.column_split must be 0 (by row), 1, 2, 4 or 8, got "
                               f"{self.column_split}")
+        if not 0 <= self.column_streams <= 1024:
+            raise OptionError(f"kernel.column_streams must be 0 (picked) to 1024, got "
+                              f"{self.column_streams}")
         if self.column_vector not in (0, 1, 2, 4, 8):
             raise OptionError(f"kernel.column_vector must be 0 (picked), 1, 2, 4 or 8, got "
                               f"{self.column_vector}")

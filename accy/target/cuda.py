@@ -664,19 +664,26 @@ class _RowEmitter:
         self.head = [f"extern \"C\" __global__ void {launch_bounds(plan)} "
                      f"{k.sym_name}({', '.join(params)}) {{"]
         times = f" * {self.rvec}" if self.rvec > 1 else ""
+        tile = "(long long)blockIdx.x"
+        if self.alone and plan.streams > 1:  # the blocks dealt into runs (stream_tile)
+            n = plan.streams
+            self.head += [f"  const unsigned accy_s = blockIdx.x % {n}u;",
+                          f"  const long long accy_tile = (long long)accy_s * (gridDim.x / "
+                          f"{n}u) + min(accy_s, gridDim.x % {n}u) + blockIdx.x / {n}u;"]
+            tile = "accy_tile"
         if self.alone and self.split > 1:
             # every thread reaches the barriers: one past the last row reads the last
             # row again (accy_rows > 0: the plan's rows) and stores nothing
             rpb = plan.rows_per_block
             self.head += [f"  const int t = threadIdx.x / {rpb};",
-                          f"  const long long accy_r = ((long long)blockIdx.x * {rpb} + "
+                          f"  const long long accy_r = ({tile} * {rpb} + "
                           f"threadIdx.x % {rpb}){times};",
                           "  const bool accy_live = accy_r < accy_rows;",
                           "  const long long row = accy_live ? accy_r : accy_rows - "
                           f"{self.rvec};",
                           f"  __shared__ double accy_sh[{plan.block[0] * self.rvec}];"]
         elif self.alone:
-            self.head += [f"  const long long row = ((long long)blockIdx.x * {plan.block[0]}"
+            self.head += [f"  const long long row = ({tile} * {plan.block[0]}"
                           f" + threadIdx.x){times};",
                           "  const int t = 0;",
                           "  if (row >= accy_rows) return;"]

@@ -382,7 +382,8 @@ def test_an_unaligned_arena_operand_keeps_the_generic_tiles():
                                     "kernel.ffma_tile_k=4", "kernel.ffma_tile_k=32",
                                     "kernel.ffma_unroll=0", "kernel.ffma_unroll=3",
                                     "kernel.ffma_unroll=32", "kernel.column_split=3",
-                                    "kernel.column_split=16"])
+                                    "kernel.column_split=16", "kernel.column_streams=-1",
+                                    "kernel.column_streams=1025"])
 def test_bad_ffma_tiles_are_option_errors(option):
     from accy.errors import OptionError
 
@@ -564,6 +565,37 @@ def test_rows_that_are_columns_in_memory_get_a_thread_each():
                           {0: (64, 1024)}).product
     assert 'mapping = "thread-per-row"' not in few.text()
     assert 'mapping = "warp-per-row"' in few.text()
+
+
+@pytest.mark.parametrize("opts,streams", [((), 8), (("kernel.column_streams=1",), 1),
+                                          (("kernel.column_streams=3",), 3)])
+def test_a_column_kernels_blocks_are_dealt_into_streams(opts, streams):
+    """``kernel.column_streams`` (0 picks ``COLUMN_STREAMS``) is the plan's ``streams``,
+    whatever the grid: the kernel reads ``gridDim.x``, so one source serves every row
+    count."""
+    from stage_programs import graph
+
+    from accy.preparation.passes.kernel import COLUMN_STREAMS
+
+    for cols in (65536, 65536 + 77):
+        (p,) = plans(kernel(graph("softmax_axis0"), {0: (64, cols)}, opts=list(opts)))
+        assert p["mapping"] == "thread-per-row"
+        assert p.get("streams", 1) == streams
+    assert COLUMN_STREAMS == 8
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3, 8, 64])
+def test_stream_tiles_are_every_tile_once_in_runs(streams):
+    """:func:`stream_tile` is a permutation of the grid's tiles, and each run's blocks
+    take consecutive tiles (what the ``thread-per-row`` kernel spells with gridDim.x)."""
+    from accy.preparation.passes.kernel import stream_tile
+
+    for grid in (1, 2, 7, 8, 9, 129, 4096):
+        tiles = [stream_tile(b, grid, streams) for b in range(grid)]
+        assert sorted(tiles) == list(range(grid))
+        for s in range(min(streams, grid)):
+            run = tiles[s::streams]
+            assert run == list(range(run[0], run[0] + len(run)))
 
 
 @pytest.mark.parametrize("element", ["bf16", "f16"])

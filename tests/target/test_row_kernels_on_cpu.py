@@ -89,6 +89,24 @@ def test_a_column_softmax_split_over_threads_matches_the_reference_on_the_cpu(
 
 
 @needs_cxx
+@pytest.mark.parametrize("streams", [1, 3, 8, 1024])
+@pytest.mark.parametrize("element", ["f32", "bf16"])
+def test_a_column_softmax_in_streams_matches_the_reference_on_the_cpu(
+        streams: int, element: str) -> None:
+    """``kernel.column_streams``: the blocks dealt into runs of tiles (259 blocks: runs
+    of unequal length; 1024 runs: a tile each, most of them none) still cover every
+    column once."""
+    sm = column_softmax(64, element)
+    x = np.random.default_rng(5).standard_normal((64, 16525)).astype(np.float32) * 4
+    job = cuda_on_cpu.target_job(sm, {0: x.shape}, [f"kernel.column_streams={streams}"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.streams == streams and k.plan.grid[0] == 259  # odd: a column a thread
+    (body,) = kernel_bodies(job).values()
+    assert ("accy_tile" in body) == (streams > 1)
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
+
+
+@needs_cxx
 @pytest.mark.parametrize("split", [1, 4])
 def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> None:
     """The reductions program at 100 × 16389: its kept column max is a thread-per-row
