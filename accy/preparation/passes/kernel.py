@@ -126,10 +126,13 @@ PICKED_COLUMN_VECTOR = 2
 COLUMN_STREAMS = 8
 """The runs a ``thread-per-row`` kernel's blocks are dealt into where
 ``kernel.column_streams`` is picked (:func:`stream_tile`). On an H100 (64 × 524288 f32,
-hand-written kernels of the column softmax's layout, one visit, RESULTS.md, kernels,
-thirty-first session) the blocks in launch order read 92.4–92.9 % of a copy of the same
-bytes, 8 runs 95.0 %, 64 runs 94.7 %; a kernel that only loads and stores in that layout
-92.4 % / 95.9 % / 94.2 %: the order of the tiles, not the math, held it back."""
+hand-written kernels of the column softmax's layout, RESULTS.md, kernels, thirty-first
+session) the blocks in launch order read 92.4–92.9 % of a copy of the same bytes, 8 runs
+95.0 %, 64 runs 94.7 %; a kernel that only loads and stores in that layout 92.4 % /
+95.9 % / 94.2 %: the order of the tiles, not the math, held it back. accy's kernels on
+another H100, two rounds: the f32 column softmax 94.9 / 95.7 % in launch order, 96.3 /
+96.2 % in 8 runs (16: 96.4 / 96.4, but bf16 93.1 / 94.5); bf16 and f16 within a round's
+spread; the reductions' column max +2–4 % in halves, +1.5 % in f32."""
 PICKED_COLUMN_VALUES = 32
 """The most values of its rows a ``thread-per-row`` thread walks where
 ``column_vector`` is picked: past them, one row a thread (:func:`column_layout`)."""
