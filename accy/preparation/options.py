@@ -226,6 +226,10 @@ class KernelOptions:
     so the blocks resident at once read ``streams`` places of each row in memory rather
     than one (1: the tiles in launch order; 1 to 1024; 0 picks
     :data:`accy.preparation.passes.kernel.COLUMN_STREAMS`)."""
+    column_streaming: bool = False
+    """A ``thread-per-row`` kernel's vector loads and stores across rows (a column
+    softmax's) through ``__ldcs`` / ``__stcs`` — evict first, each element read and
+    written once — rather than ``__ldg`` and plain stores."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16

@@ -410,27 +410,42 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
-def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
-    """One ``vec``-half vector load at ``pointer``, unpacked to floats ``name_0…``."""
+def half_load(name: str, pointer: str, vec: int, el: str, load: str = "__ldg") -> list[str]:
+    """One ``vec``-half vector load at ``pointer`` (through ``load``: ``__ldg``, or
+    ``__ldcs`` for a streamed read), unpacked to floats ``name_0…``."""
     vt = HALF_WORDS[vec]
-    lines = [f"const {vt} {name} = __ldg(reinterpret_cast<const {vt}*>({pointer}));"]
+    lines = [f"const {vt} {name} = {load}(reinterpret_cast<const {vt}*>({pointer}));"]
     for lane in range(vec):
         value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
         lines.append(f"const float {name}_{lane} = {value};")
     return lines
 
 
-def half_store(pointer: str, values: list[str], el: str) -> str:
-    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``."""
+def half_store(pointer: str, values: list[str], el: str, streamed: bool = False) -> str:
+    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``
+    (``st.global.cs`` where ``streamed``)."""
     pack = round_pack(el)
     return half_store_words(pointer, [f"{pack}({values[2 * w]}, {values[2 * w + 1]})"
-                                      for w in range(len(values) // 2)])
+                                      for w in range(len(values) // 2)], streamed)
 
 
-def half_store_words(pointer: str, words: list[str]) -> str:
-    """Store ``words`` (two halves each, low lane first) as one vector at ``pointer``."""
+def half_store_words(pointer: str, words: list[str], streamed: bool = False) -> str:
+    """Store ``words`` (two halves each, low lane first) as one vector at ``pointer``
+    (``__stcs`` where ``streamed``)."""
     vt = HALF_WORDS[2 * len(words)]
     value = words[0] if len(words) == 1 else f"make_{vt}({', '.join(words)})"
+    return vector_store(vt, pointer, value, streamed)
+
+
+def vector_store(vt: str, pointer: str, value: str, streamed: bool = False) -> str:
+    """``value`` (of vector type ``vt``) stored at ``pointer``: a plain store, or
+    ``__stcs`` (evict first: written once, not read again here) where ``streamed``.
+
+    >>> vector_store("float2", "p", "v"), vector_store("float2", "p", "v", True)
+    ('*reinterpret_cast<float2*>(p) = v;', '__stcs(reinterpret_cast<float2*>(p), v);')
+    """
+    if streamed:
+        return f"__stcs(reinterpret_cast<{vt}*>({pointer}), {value});"
     return f"*reinterpret_cast<{vt}*>({pointer}) = {value};"
 
 
@@ -655,6 +670,9 @@ class _RowEmitter:
         self.rvec = plan.vector_width if self.alone else 1
         """``thread-per-row``: neighbouring rows a thread owns (a vector across rows: the
         rows are columns in memory), its lanes ``0 … rvec-1``."""
+        self.streamed = bool(self.alone and plan.streaming)
+        """``thread-per-row``: its vector loads and stores across rows stream past the
+        caches (``__ldcs`` / ``__stcs``: each element is read and written once)."""
         self.split = plan.block[0] // plan.rows_per_block if self.alone else 1
         """``thread-per-row``: threads sharing a row, every split-th element each, their
         reductions combined through shared memory."""
@@ -824,11 +842,13 @@ class _RowEmitter:
                                    for r, o in enumerate(offs))
             elif n > 1 and el != "f32":
                 w = b.fresh("w")
-                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el))
+                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el,
+                                             "__ldcs" if self.streamed else "__ldg"))
                 inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(n))
             elif self.rvec > 1:
                 w = b.fresh("w")
-                inner.lines.append(f"const float{n} {w} = __ldg(reinterpret_cast<const "
+                load = "__ldcs" if self.streamed else "__ldg"
+                inner.lines.append(f"const float{n} {w} = {load}(reinterpret_cast<const "
                                    f"float{n}*>({src} + ({off})));")
                 inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(n))
             elif n > 1:
@@ -959,10 +979,11 @@ class _RowEmitter:
             if self._rows_contiguous(moved):
                 pointer = f"{outs[oi]} + ({offs[0]})"
                 if el == "f32":
-                    inner.lines.append(f"{live}*reinterpret_cast<float{self.rvec}*>({pointer})"
-                                       f" = make_float{self.rvec}({', '.join(vals[oi])});")
+                    inner.lines.append(live + vector_store(
+                        f"float{self.rvec}", pointer,
+                        f"make_float{self.rvec}({', '.join(vals[oi])})", self.streamed))
                 else:
-                    inner.lines.append(live + half_store(pointer, vals[oi], el))
+                    inner.lines.append(live + half_store(pointer, vals[oi], el, self.streamed))
                 continue
             inner.lines.extend(f"{live}{outs[oi]}[{off}] = {store_convert(val, el)};"
                                for off, val in zip(offs, vals[oi]))

@@ -563,6 +563,8 @@ class PlanKernels(Pass):
     column_vector: int = KernelOptions.column_vector
     """Neighbouring rows a ``thread-per-row`` thread owns (:func:`column_vector`)."""
     column_streams: int = KernelOptions.column_streams
+    column_streaming: bool = KernelOptions.column_streaming
+    """``thread-per-row`` vector loads and stores through ``__ldcs`` / ``__stcs``."""
     """The runs a ``thread-per-row`` kernel's blocks are dealt into (0:
     :data:`COLUMN_STREAMS`; :func:`stream_tile`)."""
     max_registers: int = KernelOptions.max_registers
@@ -649,6 +651,7 @@ class PlanKernels(Pass):
                 return {"mapping": "thread-per-row", "block": (bs, 1, 1),
                         "grid": (grid, 1, 1),
                         "streams": self.column_streams or COLUMN_STREAMS,
+                        "streaming": int(self.column_streaming),
                         "vector_width": vec,
                         "shared_bytes": 8 * bs * vec if split > 1 else 0, "rows": rows,
                         "cols": cols, "rows_per_block": rpb, "items": items,
