@@ -563,10 +563,10 @@ class PlanKernels(Pass):
     column_vector: int = KernelOptions.column_vector
     """Neighbouring rows a ``thread-per-row`` thread owns (:func:`column_vector`)."""
     column_streams: int = KernelOptions.column_streams
-    column_streaming: bool = KernelOptions.column_streaming
-    """``thread-per-row`` vector loads and stores through ``__ldcs`` / ``__stcs``."""
     """The runs a ``thread-per-row`` kernel's blocks are dealt into (0:
     :data:`COLUMN_STREAMS`; :func:`stream_tile`)."""
+    column_streaming: bool = KernelOptions.column_streaming
+    """``thread-per-row`` vector loads and stores through ``__ldcs`` / ``__stcs``."""
     max_registers: int = KernelOptions.max_registers
     """Registers an elementwise or row kernel's thread may take (0: no cap;
     :func:`min_blocks`)."""
@@ -647,9 +647,8 @@ class PlanKernels(Pass):
                 cached = _cached_inputs(region, transposed=True) \
                     if items * vec <= MAX_THREAD_CACHED else ()
                 rpb = bs // split
-                grid = max(1, math.ceil(rows / (rpb * vec)))
                 return {"mapping": "thread-per-row", "block": (bs, 1, 1),
-                        "grid": (grid, 1, 1),
+                        "grid": (max(1, math.ceil(rows / (rpb * vec))), 1, 1),
                         "streams": self.column_streams or COLUMN_STREAMS,
                         "streaming": int(self.column_streaming),
                         "vector_width": vec,
