@@ -229,7 +229,11 @@ class KernelOptions:
     column_streaming: bool = False
     """A ``thread-per-row`` kernel's vector loads and stores across rows (a column
     softmax's) through ``__ldcs`` / ``__stcs`` — evict first, each element read and
-    written once — rather than ``__ldg`` and plain stores."""
+    written once — rather than ``__ldg`` and plain stores. Off by default: in
+    hand-written kernels of the column softmax's layout on an H100 the two together
+    read 0.7–1.5 % more of a copy (either alone no more, ``ld.cs`` alone 2 % less), but
+    accy's own kernels have not been timed with it (RESULTS.md, kernels, thirty-first
+    session)."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16
