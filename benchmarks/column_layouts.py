@@ -217,15 +217,19 @@ def probe_set() -> list[dict[str, Any]]:
         dict(vec=2, split=8, block=512), dict(vec=4, split=8, block=256),
         dict(vec=4, split=4, block=256), dict(vec=1, split=4, block=256),
         dict(vec=2, split=2, block=128), dict(vec=2, split=4, block=256, persist=True),
-        dict(vec=4, split=8, block=256, persist=True)]
+        dict(vec=4, split=8, block=256, persist=True), dict(vec=4, split=8, block=512),
+        dict(vec=2, split=8, block=512, persist=True)]
     for p in layouts:
         src, tcols = softmax(**p)
         out.append({"tag": _tag("softmax", **p), "source": src, "tcols": tcols,
                     "block": p["block"], "persist": bool(p.get("persist")), "check": "softmax"})
-    for vec, split, block, stages in [(2, 4, 256, 2), (2, 4, 256, 3), (2, 8, 256, 2),
-                                      (4, 8, 256, 2), (1, 2, 128, 4)]:
-        src, tcols, dyn = pipelined(vec, split, block, stages)
-        out.append({"tag": _tag("cp.async", vec=vec, split=split, block=block, stages=stages),
+    for vec, split, block, stages, store in [
+            (2, 4, 256, 2, "plain"), (2, 4, 256, 3, "plain"), (2, 4, 256, 4, "plain"),
+            (2, 4, 256, 2, "cs"), (2, 8, 256, 2, "plain"), (4, 8, 256, 2, "plain"),
+            (2, 2, 128, 3, "plain"), (1, 2, 128, 4, "plain")]:
+        src, tcols, dyn = pipelined(vec, split, block, stages, store)
+        out.append({"tag": _tag("cp.async", vec=vec, split=split, block=block, stages=stages,
+                                store=store),
                     "source": src, "tcols": tcols, "block": block, "persist": True,
                     "dynamic": dyn, "check": "softmax"})
     return out
@@ -238,6 +242,8 @@ def order_set() -> list[dict[str, Any]]:
         dict(vec=2, split=4, block=256), dict(vec=2, split=4, block=256, sync=True),
         dict(vec=2, split=4, block=256, load="cs", store="cs"),
         dict(vec=4, split=4, block=256), dict(vec=1, split=4, block=256),
+        dict(vec=4, split=8, block=512), dict(vec=2, split=8, block=512),
+        dict(vec=4, split=16, block=1024), dict(vec=4, split=4, block=256, streams=8),
         dict(vec=2, split=4, block=256, streams=8), dict(vec=2, split=4, block=256, streams=64),
         dict(vec=2, split=4, block=256, streams=64, load="cs", store="cs")]
     for p in copies:
