@@ -410,10 +410,11 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
-def half_load(name: str, pointer: str, vec: int, el: str, load: str = "__ldg") -> list[str]:
-    """One ``vec``-half vector load at ``pointer`` (through ``load``: ``__ldg``, or
-    ``__ldcs`` for a streamed read), unpacked to floats ``name_0…``."""
+def half_load(name: str, pointer: str, vec: int, el: str, streamed: bool = False) -> list[str]:
+    """One ``vec``-half vector load at ``pointer`` (``__ldg``, or ``__ldcs`` where
+    ``streamed``), unpacked to floats ``name_0…``."""
     vt = HALF_WORDS[vec]
+    load = "__ldcs" if streamed else "__ldg"
     lines = [f"const {vt} {name} = {load}(reinterpret_cast<const {vt}*>({pointer}));"]
     for lane in range(vec):
         value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
@@ -842,8 +843,7 @@ class _RowEmitter:
                                    for r, o in enumerate(offs))
             elif n > 1 and el != "f32":
                 w = b.fresh("w")
-                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el,
-                                             "__ldcs" if self.streamed else "__ldg"))
+                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el, self.streamed))
                 inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(n))
             elif self.rvec > 1:
                 w = b.fresh("w")

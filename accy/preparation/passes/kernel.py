@@ -647,14 +647,16 @@ class PlanKernels(Pass):
                 cached = _cached_inputs(region, transposed=True) \
                     if items * vec <= MAX_THREAD_CACHED else ()
                 rpb = bs // split
-                return {"mapping": "thread-per-row", "block": (bs, 1, 1),
-                        "grid": (max(1, math.ceil(rows / (rpb * vec))), 1, 1),
-                        "streams": self.column_streams or COLUMN_STREAMS,
-                        "streaming": int(self.column_streaming),
-                        "vector_width": vec,
-                        "shared_bytes": 8 * bs * vec if split > 1 else 0, "rows": rows,
-                        "cols": cols, "rows_per_block": rpb, "items": items,
-                        "cached_inputs": cached}
+                column: dict[str, object] = {
+                    "mapping": "thread-per-row", "block": (bs, 1, 1),
+                    "grid": (max(1, math.ceil(rows / (rpb * vec))), 1, 1),
+                    "streams": self.column_streams or COLUMN_STREAMS, "vector_width": vec,
+                    "shared_bytes": 8 * bs * vec if split > 1 else 0, "rows": rows,
+                    "cols": cols, "rows_per_block": rpb, "items": items,
+                    "cached_inputs": cached}
+                if self.column_streaming:  # else the plan's default, 0
+                    column["streaming"] = 1
+                return column
             vec = width if (aligned and cols % width == 0) else 1
             halves = width > self.vector_width  # no f32 buffer: the width doubled
             while halves and vec > 1 and cols < 32 * vec:
