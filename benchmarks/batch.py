@@ -27,8 +27,9 @@ of its own (``ACCY_GROUP_SOURCES=0``), the text a pool process compiles.
 NVRTC 13.0 on the GPU machine keeps the cubins it built in the driver's compute cache
 (``~/.nv/ComputeCache``) and serves a source it compiled before, in any process, in
 ~16 ms instead of ~0.15–0.22 s (RESULTS.md, batch, twenty-eighth session); the warm-ups
-compile every measured source, so by default every measured compile on either side is
-such a hit, while accy's store starts empty each pass. Without the cache every compile
+compile every measured source (and, for accy's compile groups, every measured NVRTC
+program: :func:`accy_warm_up_sets`), so by default every measured compile on either side
+is such a hit, while accy's store starts empty each pass. Without the cache every compile
 is a real one, as in a sweep over sources the machine never compiled: each pool
 process compiles each source it meets, accy's batch each source about once.
 
@@ -115,11 +116,30 @@ def warm_up_variants(workers: int, target: str) -> list[Any]:
     every program under every kernel option combination, on shapes no measured set
     uses. The second part makes every source the measured sets render known to NVRTC,
     which on the GPU machine serves a source it compiled before, in any process, from a
-    cache of its own: no measured pass of either side compiles one cold. (It did not
-    remove the slow first shared pass of accy's: 327 variants/s against 480–654 later in
-    the fifteenth session's visit 5; RESULTS.md.)"""
+    cache of its own: no measured pool pass compiles one cold. accy's compile groups
+    need :func:`accy_warm_up_sets` as well."""
     return (distinct_variants(len(PROGRAMS) * workers, target, first_rows=4)
             + [_variant(prog, target, 4, opts) for prog in PROGRAMS for opts in KERNEL_AXES])
+
+
+def accy_warm_up_sets(n: int, target: str, shared: int | None = None) -> list[list[Any]]:
+    """accy's second warm-up: one unmeasured batch of each measured set's make-up (``n``
+    distinct variants, ``shared`` or ``n`` shared ones) on rows no measured set uses
+    (4008 + 8k and 4016 + 16k; the measured sets' are 8 + 8k and 16 + 16k, plus
+    multiples of 8000, and the profiled batch's 8n + 4 + 8k).
+
+    :func:`warm_up_variants` renders every source, and a pool process compiles each
+    source as an NVRTC program of its own, so NVRTC's cache on the GPU machine knows
+    every program a measured pool pass compiles. accy's compile groups put several
+    sources in one NVRTC program, whose text depends on the batch's make-up: the first
+    measured shared batch then compiled its programs cold — on an H100 host, 15 workers,
+    71 programs in 9.6 s of NVRTC against 1.9–2.1 s for the same 71 in the later
+    repeats, 378 variants/s against 611–639 (RESULTS.md, batch, thirty-second session).
+    A batch of the same make-up on other rows forms the same programs (a program's row
+    counts render one source), so after these every measured compile on either side is
+    a hit in that cache, as the module docstring says."""
+    return [distinct_variants(n, target, first_rows=4008),
+            shared_variants(shared or n, target, first_rows=4016)]
 
 
 def big_sweep(target: str) -> list[Any]:
@@ -408,7 +428,9 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     with local_cluster(workers, config=config, scheduler_process=scheduler_process) \
             as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
-        run_batch(client, warm, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+        for vs in [warm, *accy_warm_up_sets(len(sets["distinct"]), sets["distinct"][0].target,
+                                            len(sets["shared"]))]:
+            run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
         stores: dict[str, str] = {}
         for name, vs in sets.items():
             # a store of its own, as each repeat has: the warm-up's store holds every
@@ -474,7 +496,8 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     with local_cluster(workers, scheduler_process=own_scheduler) as cluster, \
             Client(cluster) as client, make_pool(workers) as pool:
         client.wait_for_workers(workers)
-        run_batch(client, warm, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+        for vs in [warm, *accy_warm_up_sets(n, target)]:
+            run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
         list(pool.map(pool_refresh, _items(warm)))
         for rep in range(repeats):
             offset = 8 * 1000 * (rep + 1)

@@ -45,6 +45,27 @@ def test_the_warm_up_renders_every_source_the_measured_sets_render(batch):
     assert not warm_rows & {shape[0] for v in measured for shape in v.shapes.values()}
 
 
+def test_accys_warm_up_sets_have_the_measured_make_up_on_rows_of_their_own(batch):
+    """accy's compile groups form NVRTC programs from the batch's make-up, so its second
+    warm-up repeats each measured set's programs and options in order, on other rows."""
+    def make_up(vs):
+        return [(v.program, tuple(sorted(v.options.items()))) for v in vs]
+
+    def rows(vs):
+        return {shape[0] for v in vs for shape in v.shapes.values()}
+
+    distinct, shared = batch.accy_warm_up_sets(480, "cuda")
+    measured = [batch.distinct_variants(480, "cuda", first_rows=8 + off)
+                + batch.shared_variants(480, "cuda", first_rows=16 + off)
+                for off in (0, 8000, 16000, 24000)]
+    profiled = batch.distinct_variants(480, "cuda", first_rows=8 * 480 + 4)
+    assert make_up(distinct) == make_up(measured[1][:480])
+    assert make_up(shared) == make_up(measured[1][480:])
+    for vs in [*measured, profiled, batch.warm_up_variants(15, "cuda")]:
+        assert not rows(distinct + shared) & rows(vs)
+    assert len(batch.accy_warm_up_sets(60, "cuda", shared=24)[1]) == 24
+
+
 def test_the_compile_count_sees_each_nvrtc_program_and_its_kernels(batch):
     from accy.executable.device import compile_cuda, compile_cuda_parts
 
