@@ -234,7 +234,8 @@ class KernelOptions:
     read 0.7–1.5 % more of a copy (either alone no more, ``ld.cs`` alone 2 % less;
     RESULTS.md, kernels, thirty-first session), but in accy's own kernels, three rounds
     on an H100 alternating, they moved no column softmax or column max beyond the
-    rounds' spread (f32 95.6–95.8 % of a copy against 95.4–96.4 %; RESULTS.md, kernels,
+    rounds' spread (f32 95.6–95.8 % of a copy against 95.4–96.4 %), and on an H200 the
+    column softmax read 1.7–2.2 % less of a copy with them (RESULTS.md, kernels,
     thirty-second session)."""
     tile_m: int = 64
     tile_n: int = 64

@@ -132,7 +132,9 @@ session) the blocks in launch order read 92.4–92.9 % of a copy of the same byt
 95.9 % / 94.2 %: the order of the tiles, not the math, held it back. accy's kernels on
 another H100, two rounds: the f32 column softmax 94.9 / 95.7 % in launch order, 96.3 /
 96.2 % in 8 runs (16: 96.4 / 96.4, but bf16 93.1 / 94.5); bf16 and f16 within a round's
-spread; the reductions' column max +2–4 % in halves, +1.5 % in f32."""
+spread; the reductions' column max +2–4 % in halves, +1.5 % in f32. On the H200 (thirty-
+second session, two rounds) 8 runs against launch order gained only 0.1–0.4 % (f32
+93.3–93.4 %, halves 91.5–91.7 %), and 64 runs no more."""
 PICKED_COLUMN_VALUES = 32
 """The most values of its rows a ``thread-per-row`` thread walks where
 ``column_vector`` is picked: past them, one row a thread (:func:`column_layout`)."""
