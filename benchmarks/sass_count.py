@@ -167,21 +167,15 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
         -> dict[str, Any]:
     """Each kernel's counts for one case (the module docstring says which)."""
     from accy.executable.compile import FragmentPlan, fragment_backend
-    from accy.executable.device import CUBINS_TAG
+    from accy.executable.device import cubins
 
     job = case_job(case, target, options)
     backend, plan = fragment_backend(job), FragmentPlan.of(job)
     source = job.module.attributes["target.source"].value
     with tempfile.TemporaryDirectory(prefix="accy-sass-") as ws:
         binary, _ = backend.compile(source, ws, backend.flags(plan.fast_math), split=True)
-        cubins = [binary]
-        if binary[:1] != b"\x7f":  # several kernels' cubins (compile_cuda_parts)
-            import msgpack
-
-            tag, cubins = msgpack.unpackb(binary)
-            assert tag == CUBINS_TAG
         functions: dict[str, list[tuple[int, str, str]]] = {}
-        for i, cubin in enumerate(cubins):
+        for i, cubin in enumerate(cubins(binary)):  # one a kernel (compile_cuda_parts)
             path = os.path.join(ws, f"k{i}.cubin")
             with open(path, "wb") as f:
                 f.write(cubin)

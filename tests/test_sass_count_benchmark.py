@@ -42,11 +42,17 @@ def test_the_half_erfc_costs_a_half_element_fewer_instructions(capsys, sass, too
     assert max(bf16["per_element"], f16["per_element"]) < 0.8 * f32["per_element"]
 
 
-def test_a_row_kernel_has_counts_but_no_per_element_figure(capsys, sass, tool):
-    sass.main(["--only", "softmax_axis0_bf16"])
-    k = json.loads(capsys.readouterr().out)["cases"]["softmax_axis0_bf16"]["kernels"]
+def test_row_kernels_have_counts_but_no_per_element_figure(capsys, sass, tool):
+    """reductions is a unit of four row kernels, each compiled as an NVRTC program of
+    its own as a refresh compiles it: every one is found in its own cubin."""
+    sass.main(["--only", "softmax_axis0_bf16,reductions_bf16"])
+    cases = json.loads(capsys.readouterr().out)["cases"]
+    k = cases["softmax_axis0_bf16"]["kernels"]
     assert list(k) == ["k0_rows"]
     assert k["k0_rows"]["instructions"] > 100 and "per_element" not in k["k0_rows"]
+    k = cases["reductions_bf16"]["kernels"]
+    assert list(k) == ["k0_rows", "k1_rows", "k2_rows", "k3_rows"]
+    assert all(v["instructions"] > 10 and "per_element" not in v for v in k.values())
 
 
 def test_a_name_that_is_no_case_is_a_usage_error(capsys, sass, tool):
