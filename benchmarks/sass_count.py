@@ -13,7 +13,8 @@ SASS instructions an element, 78 % of the GPU's issue rate). An instruction save
 time saved, and this counts them on any machine, before a GPU visit times the change.
 
 Per kernel: ``instructions`` (every SASS instruction, ``NOP`` included, as the cubin holds
-them), ``classes`` (:data:`CLASSES`: FP32 arithmetic, special functions, integer,
+them), ``registers`` (a thread's, ``cuobjdump -res-usage``: what bounds occupancy),
+``classes`` (:data:`CLASSES`: FP32 arithmetic, special functions, integer,
 conversions and packing, memory, control, predicates and selects, other) and the ten most
 frequent opcodes. For an elementwise kernel (one vector of ``items`` elements a thread a
 step), ``loop`` is its grid-stride loop's instructions (:func:`loop_body`) and
@@ -83,6 +84,16 @@ def parse_sass(text: str) -> dict[str, list[tuple[int, str, str]]]:
         if m and current is not None:
             current.append((int(m.group(1), 16), m.group(2), m.group(3)))
     return out
+
+
+def parse_registers(text: str) -> dict[str, int]:
+    """Each function's registers a thread, from ``cuobjdump -res-usage``.
+
+    >>> parse_registers(" Function k0_rows:\\n  REG:48 STACK:0 SHARED:5120 LOCAL:0")
+    {'k0_rows': 48}
+    """
+    return {name: int(reg) for name, reg in
+            re.findall(r"Function ([^\s:]+):\s*REG:(\d+)", text)}
 
 
 def classify(opcodes: list[str]) -> dict[str, int]:
@@ -175,6 +186,7 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
     with tempfile.TemporaryDirectory(prefix="accy-sass-") as ws:
         binary, _ = backend.compile(source, ws, backend.flags(plan.fast_math), split=True)
         functions: dict[str, list[tuple[int, str, str]]] = {}
+        registers: dict[str, int] = {}
         for i, cubin in enumerate(cubins(binary)):  # one a kernel (compile_cuda_parts)
             path = os.path.join(ws, f"k{i}.cubin")
             with open(path, "wb") as f:
@@ -183,17 +195,20 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
             # two side by side
             env = dict(os.environ, PATH=os.pathsep.join(
                 [os.path.dirname(tool), os.environ.get("PATH", "")]))
-            done = subprocess.run([tool, "-sass", path], capture_output=True, text=True,
-                                  env=env, check=False)
+            done = subprocess.run([tool, "-sass", "-res-usage", path], capture_output=True,
+                                  text=True, env=env, check=False)
             if done.returncode:
                 raise SystemExit(f"cuobjdump failed on {case['name']}: "
                                  f"{done.stderr.strip() or done.stdout.strip()}")
             functions.update(parse_sass(done.stdout))
+            registers.update(parse_registers(done.stdout))
     kernels: dict[str, Any] = {}
     for launch in plan.launches:
         ins = functions.get(launch.kernel, [])
         ops = [op for _, op, _ in ins]
-        entry: dict[str, Any] = {"instructions": len(ins), "classes": classify(ops),
+        entry: dict[str, Any] = {"instructions": len(ins),
+                                 "registers": registers.get(launch.kernel),
+                                 "classes": classify(ops),
                                  "top": dict(collections.Counter(ops).most_common(10))}
         items = elementwise_items(job, launch.kernel)
         body = loop_body(ins)

@@ -38,6 +38,7 @@ def test_the_half_erfc_costs_a_half_element_fewer_instructions(capsys, sass, too
         assert 0 < k["loop"] < k["instructions"]
         assert k["per_element"] == round(k["loop"] / k["items"], 1)
         assert k["classes"]["special"] >= k["items"]  # at least one MUFU an element
+        assert 8 <= k["registers"] <= 255
     assert (f32["items"], bf16["items"], f16["items"]) == (4, 8, 8)  # 16-byte vectors
     assert max(bf16["per_element"], f16["per_element"]) < 0.8 * f32["per_element"]
 
