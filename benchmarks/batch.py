@@ -142,6 +142,16 @@ def accy_warm_up_sets(n: int, target: str, shared: int | None = None) -> list[li
             shared_variants(shared or n, target, first_rows=4016)]
 
 
+def warm_up_accy(client: Any, warm: list[Any], n: int, target: str,
+                 shared: int | None = None) -> None:
+    """accy's side of the warm-up: ``warm`` (:func:`warm_up_variants`), then
+    :func:`accy_warm_up_sets`, each batch on a store of its own."""
+    from accy.distributed.batch import run_batch
+
+    for vs in [warm, *accy_warm_up_sets(n, target, shared)]:
+        run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+
+
 def big_sweep(target: str) -> list[Any]:
     """5 row programs × 84 shapes × 4 block sizes × 3 vector widths × 2 fast-math."""
     return [_variant(prog, target, 8 * (k + 1) + 4, opts)
@@ -428,9 +438,8 @@ def measure_accy(workers: int, sets: dict[str, list[Any]], warm: list[Any],
     with local_cluster(workers, config=config, scheduler_process=scheduler_process) \
             as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
-        for vs in [warm, *accy_warm_up_sets(len(sets["distinct"]), sets["distinct"][0].target,
-                                            len(sets["shared"]))]:
-            run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+        warm_up_accy(client, warm, len(sets["distinct"]), sets["distinct"][0].target,
+                     len(sets["shared"]))
         stores: dict[str, str] = {}
         for name, vs in sets.items():
             # a store of its own, as each repeat has: the warm-up's store holds every
@@ -487,7 +496,6 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     both sides, and the ratio comes per repeat, with its min / median / max."""
     from distributed import Client
 
-    from accy.distributed.batch import run_batch
     from accy.distributed.local import local_cluster
     from accy.distributed.state import unpin
 
@@ -496,8 +504,7 @@ def interleaved(workers: int, repeats: int, n: int, target: str,
     with local_cluster(workers, scheduler_process=own_scheduler) as cluster, \
             Client(cluster) as client, make_pool(workers) as pool:
         client.wait_for_workers(workers)
-        for vs in [warm, *accy_warm_up_sets(n, target)]:
-            run_batch(client, vs, store_url=tempfile.mkdtemp(prefix="accy-bench-store-"))
+        warm_up_accy(client, warm, n, target)
         list(pool.map(pool_refresh, _items(warm)))
         for rep in range(repeats):
             offset = 8 * 1000 * (rep + 1)

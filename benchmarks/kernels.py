@@ -126,6 +126,18 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: 1 if c["kind"] == "matmul" else rank[c["element"]])
 
 
+def select_cases(todo: list[dict[str, Any]], only: str) -> list[dict[str, Any]]:
+    """The cases ``--only`` names: comma-separated names or name prefixes (``softmax``
+    is every softmax case, ``softmax_axis0_bf16`` one); every case when empty.
+
+    >>> [c["name"] for c in select_cases([{"name": "softmax"}, {"name": "mlp_bf16"}],
+    ...                                  "mlp")]
+    ['mlp_bf16']
+    """
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    return [c for c in todo if not wanted or any(c["name"].startswith(w) for w in wanted)]
+
+
 def arg_shapes(sm: Any, rows: int, cols: int) -> list[tuple[int, ...]]:
     """Each argument's shape: a ``?`` on axis 0 of a matrix or more is ``rows``, else ``cols``."""
     shapes = []
@@ -653,11 +665,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.quick:
         args.calls, args.repeats = min(args.calls, 10), min(args.repeats, 3)
-    todo = cases(args.quick)
-    if args.only:
-        wanted = [w for w in args.only.split(",") if w]
-        todo = [c for c in todo if any(c["name"] == w or c["name"].startswith(w + "_")
-                                       or c["name"].startswith(w) for w in wanted)]
+    todo = select_cases(cases(args.quick), args.only)
     OPTIONS[:] = args.option
     check_options(ap, OPTIONS)
     if args.list:

@@ -148,15 +148,10 @@ def find_cuobjdump() -> str | None:
         import nvidia
     except ImportError:
         return None
-    for root in list(getattr(nvidia, "__path__", [])):
-        for path in sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))):
-            if not os.access(path, os.X_OK):
-                try:
-                    os.chmod(path, 0o755)
-                except OSError:
-                    continue
-            return path
-    return None
+    found_in = (glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))
+                for root in getattr(nvidia, "__path__", []))
+    return next((p for paths in found_in for p in sorted(paths) if os.access(p, os.X_OK)),
+                None)
 
 
 def case_job(case: dict[str, Any], target: str, options: list[str]) -> Any:
@@ -183,6 +178,10 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
     job = case_job(case, target, options)
     backend, plan = fragment_backend(job), FragmentPlan.of(job)
     source = job.module.attributes["target.source"].value
+    # cuobjdump runs nvdisasm, which it looks for on PATH: the wheels put the two side
+    # by side
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(tool),
+                                                 os.environ.get("PATH", "")]))
     with tempfile.TemporaryDirectory(prefix="accy-sass-") as ws:
         binary, _ = backend.compile(source, ws, backend.flags(plan.fast_math), split=True)
         functions: dict[str, list[tuple[int, str, str]]] = {}
@@ -191,10 +190,6 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
             path = os.path.join(ws, f"k{i}.cubin")
             with open(path, "wb") as f:
                 f.write(cubin)
-            # cuobjdump runs nvdisasm, which it looks for on PATH: the wheels put the
-            # two side by side
-            env = dict(os.environ, PATH=os.pathsep.join(
-                [os.path.dirname(tool), os.environ.get("PATH", "")]))
             done = subprocess.run([tool, "-sass", "-res-usage", path], capture_output=True,
                                   text=True, env=env, check=False)
             if done.returncode:
@@ -233,7 +228,7 @@ def elementwise_items(job: Any, kernel: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kernels import cases, check_options
+    from kernels import cases, check_options, select_cases
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="cuda:sm_90a")
@@ -246,8 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     if tool is None:
         ap.error("no cuobjdump: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
                  "(or put a CUDA toolkit's on PATH)")
-    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-    chosen = [c for c in cases() if not wanted or any(c["name"].startswith(w) for w in wanted)]
+    chosen = select_cases(cases(), args.only)
     if not chosen:
         ap.error(f"--only {args.only!r} names no case")
     out: dict[str, Any] = {"target": args.target, "options": args.option, "cases": {}}

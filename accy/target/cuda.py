@@ -414,8 +414,7 @@ def half_load(name: str, pointer: str, vec: int, el: str, streamed: bool = False
     """One ``vec``-half vector load at ``pointer`` (``__ldg``, or ``__ldcs`` where
     ``streamed``), unpacked to floats ``name_0…``."""
     vt = HALF_WORDS[vec]
-    load = "__ldcs" if streamed else "__ldg"
-    lines = [f"const {vt} {name} = {load}(reinterpret_cast<const {vt}*>({pointer}));"]
+    lines = [f"const {vt} {name} = {vector_load(vt, pointer, streamed)};"]
     for lane in range(vec):
         value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
         lines.append(f"const float {name}_{lane} = {value};")
@@ -436,6 +435,16 @@ def half_store_words(pointer: str, words: list[str], streamed: bool = False) -> 
     vt = HALF_WORDS[2 * len(words)]
     value = words[0] if len(words) == 1 else f"make_{vt}({', '.join(words)})"
     return vector_store(vt, pointer, value, streamed)
+
+
+def vector_load(vt: str, pointer: str, streamed: bool = False) -> str:
+    """A read-only load of one ``vt`` at ``pointer``: ``__ldg``, or ``__ldcs`` (evict
+    first: read once) where ``streamed``.
+
+    >>> vector_load("float2", "p"), vector_load("float2", "p", True)
+    ('__ldg(reinterpret_cast<const float2*>(p))', '__ldcs(reinterpret_cast<const float2*>(p))')
+    """
+    return f"{'__ldcs' if streamed else '__ldg'}(reinterpret_cast<const {vt}*>({pointer}))"
 
 
 def vector_store(vt: str, pointer: str, value: str, streamed: bool = False) -> str:
@@ -847,9 +856,8 @@ class _RowEmitter:
                 inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(n))
             elif self.rvec > 1:
                 w = b.fresh("w")
-                load = "__ldcs" if self.streamed else "__ldg"
-                inner.lines.append(f"const float{n} {w} = {load}(reinterpret_cast<const "
-                                   f"float{n}*>({src} + ({off})));")
+                inner.lines.append(f"const float{n} {w} = "
+                                   f"{vector_load(f'float{n}', f'{src} + ({off})', self.streamed)};")
                 inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(n))
             elif n > 1:
                 inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{n}*>"
