@@ -107,13 +107,40 @@ def _erfc_w_coefficients() -> tuple[float, ...]:
                  for k in range(n))
 
 
+def _horner(coefficients: tuple[float, ...], var: str) -> str:
+    """``Σ c_k var^k`` (``coefficients`` constant term first) as nested ``fmaf``s."""
+    poly = f"{coefficients[-1]!r}f"
+    for c in reversed(coefficients[:-1]):
+        poly = f"fmaf({poly}, {var}, {c!r}f)"
+    return poly
+
+
 def _erfc_poly() -> str:
     """The erfc polynomial in ``w`` (:func:`_erfc_w_coefficients`) as nested ``fmaf``s."""
-    e = _erfc_w_coefficients()
-    poly = f"{e[-1]!r}f"
-    for c in reversed(e[:-1]):
-        poly = f"fmaf({poly}, w, {c!r}f)"
-    return poly
+    return _horner(_erfc_w_coefficients(), "w")
+
+
+HALF_ERFC_K = 0.375
+"""``k`` of the half-precision erfc's ``t = 1/(1 + k·a)``: of every ``k = j/32`` in
+[1/4, 3/4], the one whose degree-6 fit (:data:`HALF_ERFC_COEFFICIENTS`) is closest
+(2^-19 against 2^-17.1 for Numerical Recipes' ``k = 1/2``)."""
+
+HALF_ERFC_COEFFICIENTS = (4.845389800500755e-07, -1.0869418578344912, 0.015788705602846703,
+                          0.03891532619634568, 0.007994538491937937, -0.007436568340817821,
+                          0.0011352152076209239)
+"""``e_k`` of ``erfc(a) = t·2^(Σ e_k w^k - a²·log2 e)`` with ``t = 1/(1 + k·a)``, ``w =
+a·t`` and ``k`` = :data:`HALF_ERFC_K`, constant term first: the Chebyshev least-squares
+fit, degree 6, of ``log2(erfc(a)·(1 + k·a)) + a²·log2 e`` over ``w`` in
+``[0, w(10.06)]`` at 4000 Chebyshev nodes (``accy.numerics.erfc``; the fit is redone in
+``tests/target/test_erfc_helper.py``): 2^-18.5 in the exponent, a relative error of
+2^-19 in exact arithmetic."""
+
+HALF_ERFC_SCALE = 32
+"""The power of two the half-precision erfc's exponent is raised by, and ``t`` lowered
+by, so that ``exp2`` never returns a subnormal for ``a ≤ 10.55`` (its argument stays
+above -126) and may flush (``ex2.approx.ftz``, one instruction where the subnormal-safe
+form takes four): ``t·2^-32`` times ``2^(s + 32)`` rounds to the same subnormal
+``t·2^s``."""
 
 
 def _erfc_head(qualifier: str, name: str, reciprocal: str) -> str:
@@ -156,19 +183,28 @@ def erfc_helper(qualifier: str, reciprocal: str, square: str = "a * a") -> str:
 
 
 def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
-    """C text of ``float accy_erfcf_half(float x)``: :func:`erfc_helper`'s erfc for a
-    value that only needs to be right to a small fraction of a half-precision ulp (an
-    erfc whose every use reaches a store through products and ends in a cast to f16 or
-    bf16: :meth:`accy.target.common.ExprBuilder.half_demand`, as in gelu on half inputs).
-    The same polynomial, without the Newton step on ``t``, the compensation of the
-    exponent's rounding, or ``expf``'s range reduction: ``exp(s)`` is ``exp2`` (a call
-    on ``s · log2 e``; on CUDA one ``ex2.approx.f32``). About 20 instructions against
-    40. Relative error at most 2^-16 (``tests/target/test_erfc_helper.py``), against a
-    bf16 ulp of 2^-8 and an f16 one of 2^-11."""
-    return (_erfc_head(qualifier, "accy_erfcf_half", reciprocal) +
-            f"  const float w = a * t, p = {_erfc_poly()};\n"
-            f"  float r = t * {exp2}((p - a * a) * 1.44269504f);\n"
-            f"  r = a > 10.06f ? 0.0f : r;\n"
+    """C text of ``float accy_erfcf_half(float x)``: erfc for a value that only needs to
+    be right to a small fraction of a half-precision ulp (an erfc whose every use reaches
+    a store through products and ends in a cast to f16 or bf16:
+    :meth:`accy.target.common.ExprBuilder.half_demand`, as in gelu on half inputs).
+
+    ``erfc(|x|) = t·2^(P(w) - a²·log2 e)`` with its own degree-6 fit
+    (:data:`HALF_ERFC_COEFFICIENTS`), ``t ≈ 1/(1 + k·a)`` by ``reciprocal`` (statements
+    that set ``t`` from ``u``; on CUDA one ``rcp.approx.ftz``) and ``exp2`` (on CUDA one
+    ``ex2.approx.ftz.f32``: :data:`HALF_ERFC_SCALE` keeps its results normal, so ``u``
+    and ``t`` carry that scale). ``w`` is ``(1 - t/t(0))/k``, not ``a·t``: ``1/k``
+    where ``a`` is infinite (``t = 0``), so the result there is ``0·2^-∞ = 0`` with no
+    clamp (past ``a = 10.55`` the exponent flushes to 0); NaN stays NaN; ``erfc(-a) = 2 - erfc(a)``. About 16
+    instructions where :func:`erfc_helper`'s f32 erfc takes 40. Relative error at most
+    2^-16 (``tests/target/test_erfc_helper.py``), against a bf16 ulp of 2^-8 and an f16
+    one of 2^-11."""
+    k, scale = HALF_ERFC_K, float(2 ** HALF_ERFC_SCALE)
+    e = (HALF_ERFC_COEFFICIENTS[0] + HALF_ERFC_SCALE,) + HALF_ERFC_COEFFICIENTS[1:]
+    return (f"{qualifier} float accy_erfcf_half(float x) {{\n"
+            f"  const float a = fabsf(x), u = fmaf({k * scale!r}f, a, {scale!r}f);\n"
+            f"  float t;\n  {reciprocal}\n"
+            f"  const float w = fmaf({-scale / k!r}f, t, {1 / k!r}f);\n"
+            f"  const float r = t * {exp2}(fmaf(-a, a * 1.44269504f, {_horner(e, 'w')}));\n"
             f"  return x < 0.0f ? 2.0f - r : r;\n"
             f"}}")
 
@@ -193,14 +229,19 @@ def exp_half_helper(qualifier: str, exp2: str) -> str:
 def sigmoid_half_helper(qualifier: str, exp2: str, reciprocal: str) -> str:
     """C text of ``float accy_sigmoid_half(float x)``: ``1 / (1 + exp(-x))`` for a value
     that need only be right to a small fraction of a half ulp (gelu's tanh form on half
-    inputs): :func:`exp_half_helper`'s exp, whose relative error ``1 + e`` only shrinks
-    (``e ≥ 0``), and ``reciprocal`` (on CUDA ``rcp.approx.f32``: 1 ulp, subnormal
-    results kept) for IEEE division — about 11 instructions where the f32 spelling takes
-    about 20. Relative error at most 2^-16.6 (``tests/target/test_half_quotients.py``).
-    Where ``exp(-x)`` overflows (``x < -88.7``) the result is 0, as in f32."""
+    inputs): ``exp2`` of ``-x · log2 e``, whose relative error ``1 + e`` only shrinks
+    (``e ≥ 0``), and ``reciprocal`` (statements that set ``r`` from ``y``) for IEEE
+    division. On CUDA both flush (``ex2.approx.ftz``, ``rcp.approx.ftz``: one
+    instruction each where the subnormal-safe forms take four and seven, 1 ulp): an
+    ``exp`` below 2^-126 adds nothing to 1, and ``y = (1 + e)·2^-64`` (exact: a power
+    of two) keeps the reciprocal normal until ``e`` passes 2^190, so that ``r·2^-64``
+    rounds a subnormal sigmoid as IEEE division would. About 6 instructions where the
+    f32 spelling takes about 20. Relative error at most 2^-16.6
+    (``tests/target/test_half_quotients.py``). Where ``exp(-x)`` overflows
+    (``x < -88.7``) the result is 0, as in f32."""
     return (f"{qualifier} float accy_sigmoid_half(float x) {{\n"
-            f"  const float y = 1.0f + {exp2}(x * -1.44269504f);\n"
-            f"  float r; {reciprocal}\n  return r;\n}}")
+            f"  const float y = fmaf({exp2}(x * -1.44269504f), 0x1p-64f, 0x1p-64f);\n"
+            f"  float r; {reciprocal}\n  return r * 0x1p-64f;\n}}")
 
 
 HSCALE = 64
@@ -297,15 +338,16 @@ HELPERS = {
     "accy_erfcf": erfc_helper(
         "__device__ __forceinline__",
         'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(u));', "__fmul_rn(a, a)"),
-    "accy_ex2f": r"""__device__ __forceinline__ float accy_ex2f(float x) {
-  float r; asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
+    "accy_ex2f_ftz": r"""__device__ __forceinline__ float accy_ex2f_ftz(float x) {
+  float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
 }""",
     "accy_erfcf_half": erfc_half_helper(
         "__device__ __forceinline__", 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(u));',
-        "accy_ex2f"),
+        "accy_ex2f_ftz"),
     "accy_exp_half": exp_half_helper("__device__ __forceinline__", "exp2f"),
     "accy_sigmoid_half": sigmoid_half_helper(
-        "__device__ __forceinline__", "exp2f", 'asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(y));'),
+        "__device__ __forceinline__", "accy_ex2f_ftz",
+        'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));'),
     "accy_hscale": hscale_helper("__device__ __forceinline__"),
     "accy_pack_h2": r"""__device__ __forceinline__ unsigned int accy_pack_h2(float lo, float hi) {
   unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
@@ -343,7 +385,7 @@ def used_helpers(text: str) -> list[str]:
     """The :data:`HELPERS` that ``text`` calls, and those that they call, in order.
 
     >>> [h.split("(")[0].split()[-1] for h in used_helpers("accy_erfcf_half(x)")]
-    ['accy_ex2f', 'accy_erfcf_half']
+    ['accy_ex2f_ftz', 'accy_erfcf_half']
     """
     used: set[str] = set()
     pending = [text]

@@ -378,34 +378,40 @@ HALF_OP = '''"builtin.module"() ({
 }) : () -> ()'''
 
 
-@pytest.mark.parametrize("op", ["exp", "sigmoid"])
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "erfc"])
 @pytest.mark.parametrize("element", ["bf16", "f16"])
-def test_half_precision_exp_and_sigmoid_on_the_device_round_to_a_neighbour(
+def test_half_precision_exp_sigmoid_and_erfc_on_the_device_round_to_a_neighbour(
         element: str, op: str) -> None:
-    """``exp`` and ``sigmoid`` stored in a half type are ``accy_exp_half`` and
-    ``accy_sigmoid_half`` (``exp2f`` and ``rcp.approx`` on the device; the host build is
-    ``tests/target/test_half_quotients.py``): at every 61st f32 of the range where the
-    result is finite (sigmoid: where ``exp(-x)`` is), the stored value is within half a
-    unit of the type (its subnormal unit below its least normal) plus ``2^-16.6`` of the
-    float64 value: the nearest value, or its neighbour where that lies so close to a
-    midpoint."""
+    """``exp``, ``sigmoid`` and ``erfc`` stored in a half type are ``accy_exp_half``,
+    ``accy_sigmoid_half`` and ``accy_erfcf_half`` (on the device ``exp2f``; and
+    ``ex2.approx.ftz`` with ``rcp.approx.ftz``; the host builds are
+    ``tests/target/test_half_quotients.py`` and ``test_erfc_helper.py``): at every 61st
+    f32 of the range where the result is finite (sigmoid: where ``exp(-x)`` is; erfc:
+    ``[-10.06, 10.06]``), the stored value is within half a unit of the type (its
+    subnormal unit below its least normal) plus ``2^-16.6`` of the float64 value: the
+    nearest value, or its neighbour where that lies so close to a midpoint."""
+    from accy.numerics import erfc
     from accy.pipeline import prepare_through
     from accy.preparation.products import SemanticModule
 
     a = np.arange(0, 0x42D00000, 61, dtype=np.uint32).view(np.float32)  # [0, 104)
     if op == "exp":
         x = np.concatenate([a[a < (88.7 if element == "bf16" else 11.08)], -a])
-    else:
+    elif op == "sigmoid":
         x = np.concatenate([a, -a[a < 88.7]])
+    else:
+        x = np.concatenate([a[a <= 10.06], -a[a <= 10.06]])
     sm = SemanticModule.from_text(HALF_OP.replace("ELEMENT", element).replace("OP", op),
                                   f"{op}.mlir")
     job = prepare_through(sm, "target", RunOptions.parse("cuda"), {0: x.shape}).product
-    assert f"accy_{op}_half(" in job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    helper = "accy_erfcf_half(" if op == "erfc" else f"accy_{op}_half("
+    assert helper in job.module.attributes["target.source"].value  # type: ignore[attr-defined]
     update = FragmentCompilerCache().refresh_from_semantic_module(
         sm, PreparationRequest(options=RunOptions.parse("cuda", []), shapes={0: x.shape}))
     got = np.asarray(update.fragment(x)[0], np.float64)
     x64 = x.astype(np.float64)
-    want = np.exp(x64) if op == "exp" else 1.0 / (1.0 + np.exp(-x64))
+    want = np.exp(x64) if op == "exp" else 1.0 / (1.0 + np.exp(-x64)) if op == "sigmoid" \
+        else erfc(x64)
     bits, least = (7, 2.0 ** -133) if element == "bf16" else (10, 2.0 ** -24)
     normal = 2.0 ** (-126 if element == "bf16" else -14)
     unit = np.where(want >= normal, 2.0 ** (np.floor(np.log2(np.maximum(want, normal)))

@@ -152,7 +152,7 @@ def test_gelu_tanh_on_half_inputs_calls_the_half_precision_sigmoid(element: str,
     text = source(graph("gelu_tanh", None if element == "f32" else element), {0: (8, 4096)})
     body = text[text.index("__global__"):]
     assert ("accy_sigmoid_half(" in body) == half and ("expf(" in body) == (not half)
-    assert ("rcp.approx.f32" in text) == half
+    assert ("rcp.approx.ftz.f32" in text) == half and ("ex2.approx.ftz" in text) == half
     cubin(text)
 
 

@@ -5,10 +5,12 @@ states. The GPU tests check the device build against the reference."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,6 +75,9 @@ int main(void) {
     }
   }
   printf("%.9g %.9g\n", worst, at);
+  printf("%.9g %.9g %.9g %.9g %.9g %.9g\n", accy_erfcf_half(NAN), accy_erfcf_half(INFINITY),
+         accy_erfcf_half(-INFINITY), accy_erfcf_half(10.6f), accy_erfcf_half(3e38f),
+         accy_erfcf_half(-3e38f));
   return 0;
 }
 """
@@ -83,6 +88,35 @@ def test_the_half_precision_erfc_is_within_two_to_the_minus_16(tmp_path):
     """``accy_erfcf_half`` (host build, libm's exp2f for ``ex2.approx``) against a
     float64 erfc over the same sweep, both signs: relative error at most 2^-16, a 256th
     of a bf16 ulp and a 32nd of an f16 one."""
-    worst, at = (float(v) for v in sweep(tmp_path, HALF_PROGRAM, erfc_half_helper(
-        "static inline", "t = 1.0f / u;", "exp2f")).split())
+    stats, specials = sweep(tmp_path, HALF_PROGRAM, erfc_half_helper(
+        "static inline", "t = 1.0f / u;", "exp2f")).splitlines()
+    worst, at = (float(v) for v in stats.split())
     assert worst <= 2.0 ** -16, f"relative error {worst} at {at}"
+    nan, inf, minus_inf, past, big, minus_big = (float(v) for v in specials.split())
+    assert nan != nan and inf == 0.0 and minus_inf == 2.0 and minus_big == 2.0
+    assert past == 0.0 and big == 0.0  # erfc(10.6) < 2^-149: no clamp needed
+
+
+def test_the_half_precision_erfc_coefficients_are_the_fit_they_say(tmp_path):
+    """:data:`~accy.target.cuda.HALF_ERFC_COEFFICIENTS`, redone as their docstring says,
+    and the fit's error in exact arithmetic."""
+    from numpy.polynomial import chebyshev, polynomial
+
+    from accy.numerics import erfc
+    from accy.target.cuda import HALF_ERFC_COEFFICIENTS, HALF_ERFC_K
+
+    k, log2e = HALF_ERFC_K, 1.0 / math.log(2.0)
+    top = 10.06 / (1.0 + k * 10.06)  # w(10.06)
+
+    def exponent(w: np.ndarray) -> np.ndarray:
+        a = w / (1.0 - k * w)
+        return np.log2(erfc(a) * (1.0 + k * a)) + a * a * log2e
+
+    nodes = np.cos(np.pi * (np.arange(4000) + 0.5) / 4000)
+    fit = chebyshev.chebfit(nodes, exponent((nodes + 1.0) * top / 2.0), 6)
+    in_w = polynomial.Polynomial(chebyshev.cheb2poly(fit))(
+        polynomial.Polynomial([-1.0, 2.0 / top]))
+    assert np.allclose(in_w.coef, HALF_ERFC_COEFFICIENTS, rtol=1e-9, atol=1e-12)
+    w = np.linspace(0.0, top, 100001)
+    worst = np.abs(polynomial.polyval(w, HALF_ERFC_COEFFICIENTS) - exponent(w)).max()
+    assert worst * math.log(2.0) < 2.0 ** -18.9  # relative error of erfc
