@@ -764,7 +764,7 @@ class _RowEmitter:
                           "  if (row >= accy_rows) return;"]
         else:
             self.head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
-                          "  __shared__ double accy_sh[32];"]
+                          f"  __shared__ double accy_sh[{2 * 32}];"]  # two sets of slots
         col = f"c+{LANE}" if self.vec > 1 else "c"
         self.row_names = ["row"] + [f"row_{r}" for r in range(1, self.rvec)]
         """The (flat) row of each of this thread's row lanes."""
@@ -911,6 +911,7 @@ class _RowEmitter:
         """Each row reduction: a column loop into an accumulator, a warp shuffle tree,
         then (block per row) across warps through shared memory."""
         b, lines = self.b, self.lines
+        slots = 0  # which set of 32 slots the next block-wide step uses
         for op in self.k.body.ops:
             if op.op_name != "prim.reduce":
                 continue
@@ -943,13 +944,16 @@ class _RowEmitter:
             if not self.alone:
                 lines.append(_shuffle_tree(kind, acc, ct))
             if not self.warp and not self.alone:
-                nw = self.tpr // 32
-                lines += [f"if ((t & 31) == 0) {_store_partial(ct, 't >> 5', acc)}",
+                # the warps' partials through one of two sets of slots, in turn: the
+                # barrier of a step orders its writes after every read of the step
+                # before, which used the other set, so no barrier is needed after reads
+                nw, at = self.tpr // 32, "32 + " if slots else ""
+                lines += [f"if ((t & 31) == 0) {_store_partial(ct, f'{at}(t >> 5)', acc)}",
                           "__syncthreads();",
-                          f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, 't & 31')} : "
+                          f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, f'{at}(t & 31)')} : "
                           f"{reduce_init(kind, el)};",
-                          _shuffle_tree(kind, acc, ct),
-                          "__syncthreads();"]
+                          _shuffle_tree(kind, acc, ct)]
+                slots ^= 1
             if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
                 names = [b.fresh("red") for _ in accs]
                 lines += [f"const {ct} {name} = {round_compute(a, el)};"
