@@ -18,7 +18,7 @@ import numpy as np
 from accy.errors import AccyError
 from accy.paths import check_writable_file, ensure_output_dir
 from accy.preparation.options import RunOptions
-from accy.preparation.products import Product, SemanticModule
+from accy.preparation.products import Product, SemanticModule, TargetJob
 from accy.preparation.report import write_report_file
 
 if TYPE_CHECKING:
@@ -79,8 +79,8 @@ def emit_source(path: str, options: RunOptions | None = None,
     from accy.preparation.passes.target import launch_table_comment
 
     product = lower_to(path, "target", options, shapes)
-    source = product.module.attributes["target.source"].value  # type: ignore[attr-defined]
-    return source + launch_table_comment(product.module)
+    assert isinstance(product, TargetJob)
+    return product.source + launch_table_comment(product.module)
 
 
 def variant_id(path: str, options: RunOptions, shapes: Mapping[int, tuple[int, ...]]) -> str:

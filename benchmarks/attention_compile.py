@@ -40,7 +40,7 @@ def unit(target: str, options: list[str]) -> tuple[str, str, tuple[str, ...]]:
 
     job = target_job("graphs/attention.mlir", QKV, "", target, options)
     backend = fragment_backend(job)
-    return (job.module.attributes["target.source"].value, backend.arch,
+    return (job.source, backend.arch,
             backend.flags(FragmentPlan.of(job).fast_math))
 
 

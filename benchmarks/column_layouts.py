@@ -281,7 +281,7 @@ def accy_kernel(cols: int) -> dict[str, Any]:
 
     job: Any = prepare_through(sm, "target", RunOptions.parse("cuda", []), {0: (ROWS, cols)}).product
     (launch,) = FragmentPlan.of(job).launches
-    return {"tag": "accy", "source": job.module.attributes["target.source"].value,
+    return {"tag": "accy", "source": job.source,
             "name": launch.kernel, "grid": launch.grid[0], "block": launch.block[0],
             "check": "softmax", "accy": True}
 

@@ -177,7 +177,7 @@ def count_case(case: dict[str, Any], target: str, options: list[str], tool: str)
 
     job = case_job(case, target, options)
     backend, plan = fragment_backend(job), FragmentPlan.of(job)
-    source = job.module.attributes["target.source"].value
+    source = job.source
     # cuobjdump runs nvdisasm, which it looks for on PATH: the wheels put the two side
     # by side
     env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(tool),

@@ -344,7 +344,7 @@ def compile_fragment(job: TargetJob, workspace: str | None = None,
     (``meta["binary"] == "reused"``)."""
     backend = fragment_backend(job)
     plan = FragmentPlan.of(job)
-    source = job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    source = job.source
     key = key or compile_key(job)
     flags = backend.flags(plan.fast_math)
     t0 = time.perf_counter_ns()
@@ -471,7 +471,7 @@ def _compile_shared(jobs: Sequence[TargetJob], keys: Sequence[StageKey], store: 
     backend = fragment_backend(jobs[0])
     plans = [FragmentPlan.of(job) for job in jobs]
     flags = backend.flags(plans[0].fast_math)
-    sources = [job.module.attributes["target.source"].value  # type: ignore[attr-defined]
+    sources = [job.source
                for job in jobs]
     t0 = time.perf_counter_ns()
     bkeys = [binary_key(backend, source, flags) for source in sources]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
+from accy.choir.attributes import StringAttr
 from accy.choir.builtin import FuncOp, ModuleOp
 from accy.choir.printer import print_op
 from accy.choir.verifier import verify
@@ -242,3 +243,11 @@ class TargetJob(Product):
     """Target-ready kernels with their source and launch table."""
 
     stage = "target"
+
+    @property
+    def source(self) -> str:
+        """The translation unit the target stage rendered (the module's
+        ``target.source``)."""
+        attr = self.module.attributes["target.source"]
+        assert isinstance(attr, StringAttr)
+        return attr.value

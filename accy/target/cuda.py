@@ -947,10 +947,10 @@ class _RowEmitter:
                 # the warps' partials through one of two sets of slots, in turn: the
                 # barrier of a step orders its writes after every read of the step
                 # before, which used the other set, so no barrier is needed after reads
-                nw, at = self.tpr // 32, "32 + " if slots else ""
-                lines += [f"if ((t & 31) == 0) {_store_partial(ct, f'{at}(t >> 5)', acc)}",
+                nw, slot = self.tpr // 32, "32 + " if slots else ""
+                lines += [f"if ((t & 31) == 0) {_store_partial(ct, f'{slot}(t >> 5)', acc)}",
                           "__syncthreads();",
-                          f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, f'{at}(t & 31)')} : "
+                          f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, f'{slot}(t & 31)')} : "
                           f"{reduce_init(kind, el)};",
                           _shuffle_tree(kind, acc, ct)]
                 slots ^= 1

@@ -444,7 +444,7 @@ def test_a_fan_out_fan_in_dag_is_one_region_and_each_value_is_computed_once(resu
         f"prim.{n}" for n in ("exp", "neg", "sin", "mul", "add", "tanh", "mul"))
     assert len(region.results) == len(results)  # only what is returned leaves the region
     # the host C computes exp(%a0) once for its two readers
-    target = dispatch(sm, stage="target").product.module.attributes["target.source"].value
+    target = dispatch(sm, stage="target").product.source
     assert target.count("expf(") == 1 and target.count("sinf(") == 1
     _host_run(sm)
 

@@ -32,7 +32,7 @@ def run_host(sm, xs):
 def cuda_compiles(sm) -> None:
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC (CuPy) is not installed")
     job = prepare_through(sm, "target", RunOptions.parse("cuda:sm_90", []), {}).product
-    src = job.module.attributes["target.source"].value
+    src = job.source
     assert device.compile_cuda(src, "sm_90")[:4] == b"\x7fELF"
 
 

@@ -646,4 +646,4 @@ def test_kernel_max_registers_caps_a_thread(name, element, opts, threads, blocks
     assert (k.plan.block[0], k.plan.min_blocks) == (threads, blocks)
     bounds = f"__launch_bounds__({threads}, {blocks})" if blocks else \
         f"__launch_bounds__({threads}) {k.sym_name}("
-    assert bounds in job.module.attributes["target.source"].value
+    assert bounds in job.source

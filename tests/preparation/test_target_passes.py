@@ -36,7 +36,7 @@ def emit(sm: SemanticModule, shapes=None, opts=(), target: str = CUDA):
 
 
 def source(result) -> str:
-    return result.product.module.attributes["target.source"].value
+    return result.product.source
 
 
 def plain(a):

@@ -252,7 +252,7 @@ def target_job(sm, shapes=None, opts=(), target: str = "cuda:sm_90"):  # type: i
 
 def job_source(job) -> str:  # type: ignore[no-untyped-def]
     """The CUDA source of a :func:`target_job`."""
-    return job.module.attributes["target.source"].value
+    return job.source
 
 
 STORAGE = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i64": np.int64}

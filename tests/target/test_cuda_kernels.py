@@ -318,7 +318,7 @@ def hopper_source(sm, shapes, opts=()) -> str:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
     job = target_job(matmul(256, 256, 128, element), {})
-    text = job.module.attributes["target.source"].value
+    text = job.source
     assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{element}.{element}" in text
     assert "mma.sync" not in text and "ldmatrix" not in text
     assert "extern __shared__ unsigned char smem_raw[];" in text
@@ -368,7 +368,7 @@ def test_warpgroup_matmul_spells_its_plan(element: str) -> None:
 @pytest.mark.parametrize("element", ["bf16", "f16"])
 def test_warpgroup_variants_compile(element: str, opts) -> None:  # type: ignore[no-untyped-def]
     job = target_job(matmul(256, 256, 192, element, (2,), epilogue=True), {}, opts)
-    text = job.module.attributes["target.source"].value
+    text = job.source
     n = 256 if "kernel.wgmma_tile_n=256" in opts else 128
     per = 2 if "kernel.wgmma_tile_m=256" in opts else 1
     assert f"m64n{n}k16" in text and text.count(f"m64n{n}k16") == 4 * per  # k-steps × slices
@@ -435,7 +435,7 @@ def test_warpgroup_blocks_sweep_rows_of_tiles_together(m: int, opts, raster: int
     job = target_job(matmul(m, 1024, 256, "bf16"), {}, opts)
     (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     assert k.plan.mapping == "wgmma-tiled" and k.plan.raster == raster
-    text = job.module.attributes["target.source"].value
+    text = job.source
     assert (f"accy_span = {raster} * gridDim.x" in text) == (raster > 1)
     assert ("const int m0 = blockIdx.y * 128" in text) == (raster == 1)
     assert compile_cuda(text, "sm_90a")[:4] == b"\x7fELF"
@@ -462,7 +462,7 @@ def test_shapes_off_the_warpgroup_tiles_fall_back_to_mma_sync() -> None:
         cubin(text)  # no arch-specific instruction: -arch=sm_90 compiles it too
     # and before Hopper there is no warpgroup kernel at all
     job = target_job(matmul(256, 256, 128, "bf16"), {}, target="cuda:sm_80")
-    assert "wgmma" not in job.module.attributes["target.source"].value
+    assert "wgmma" not in job.source
 
 
 def test_warpgroup_shared_memory_is_checked_against_the_target() -> None:

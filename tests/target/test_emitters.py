@@ -474,7 +474,7 @@ def test_pointers_that_share_memory_are_not_restrict() -> None:
     for target in ("cuda:sm_90", "host"):
         job = prepare_through(sm, "target", RunOptions.parse(target, ["dispatch.fuse=false"]),
                               {0: (8, 64), 1: (1, 64)}).product
-        source = job.module.attributes["target.source"].value
+        source = job.source
         kernels = [op for op in job.module.body.ops if op.op_name == "kernel.func"]
         aliased = [k for k in kernels if k.plan.aliased_params]
         assert aliased, "expected an in-place kernel with fusion off"

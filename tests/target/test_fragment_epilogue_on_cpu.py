@@ -158,7 +158,7 @@ def run_epilogue(sm, target: str, opts: tuple[str, ...], element: str) \
     """The epilogue of the program's matmul kernels on the CPU, each from the f32 matmul
     of its (exact) inputs, against the reference; the outputs and the reference's."""
     job = cuda_on_cpu.target_job(sm, {}, opts, target)
-    text = job.module.attributes["target.source"].value
+    text = job.source
     ks = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
     rng = np.random.default_rng(0)
     ins = [rng.integers(-2, 3, tuple(t.shape)).astype(np.float32)
@@ -230,7 +230,7 @@ def test_the_mlp_block_in_bf16_packs_its_epilogue_pairs() -> None:
     element, then packed — the gelu kernel's staged loop stores four columns as two
     words, the bias kernel a fragment's pair of columns as one."""
     job = cuda_on_cpu.target_job(graph("mlp", "bf16"), {0: (4096, 256)}, (), HOPPER)
-    text = job.module.attributes["target.source"].value
+    text = job.source
     assert text.count("= make_uint2(accy_pack_bf2(") == 1
     assert text.count("= accy_pack_bf2(") == 1
     assert "accy_f2bf(accv" not in text
@@ -243,7 +243,7 @@ def test_a_warpgroup_tile_of_two_slices_writes_both(epilogue: bool) -> None:
     accumulator registers), each stored at its own rows."""
     sm = matmul(256, 256, 64, "f16", (), epilogue)
     job = cuda_on_cpu.target_job(sm, {}, ("kernel.wgmma_tile_m=256",), HOPPER)
-    assert job.module.attributes["target.source"].value.count(".reg .f32 accy_d1_<") == 1
+    assert job.source.count(".reg .f32 accy_d1_<") == 1
     got, want = run_epilogue(sm, HOPPER, ("kernel.wgmma_tile_m=256",), "f16")
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
