@@ -97,7 +97,7 @@ def test_the_half_precision_erfc_is_within_two_to_the_minus_16(tmp_path):
     assert past == 0.0 and big == 0.0  # erfc(10.6) < 2^-149: no clamp needed
 
 
-def test_the_half_precision_erfc_coefficients_are_the_fit_they_say(tmp_path):
+def test_the_half_precision_erfc_coefficients_are_the_fit_they_say() -> None:
     """:data:`~accy.target.cuda.HALF_ERFC_COEFFICIENTS`, redone as their docstring says,
     and the fit's error in exact arithmetic."""
     from numpy.polynomial import chebyshev, polynomial
