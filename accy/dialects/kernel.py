@@ -73,7 +73,7 @@ class KernelPlan:
     ...     "vectr_width": IntegerAttr(4)})
     Traceback (most recent call last):
     ...
-    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, min_blocks, raster, streaming, streams)
+    accy.errors.VerifyError: 'kernel.func' has no plan field 'vectr_width' (fields: kind, mapping, iteration, block, grid, vector_width, shared_bytes, dynamic_shared, elements, rows, cols, rows_per_block, items, cached_inputs, aliased_params, tile, micro_tile, contraction, mma, stages, warps, warp_tile, tensor_maps, swizzle, packed_ops, unroll, min_blocks, raster, streams)
     """
 
     kind: str
@@ -163,9 +163,6 @@ class KernelPlan:
     span % rows``, tile column ``b % span / rows``, for group ``g = b / span``, ``span =
     raster · grid.x``, ``rows`` the group's rows, fewer in a last short group); 1:
     row-major."""
-    streaming: int = 0
-    """``thread-per-row``: 1 where its vector loads and stores across rows go through
-    ``__ldcs`` / ``__stcs`` (evict first) instead of ``__ldg`` and plain stores."""
     streams: int = 1
     """``thread-per-row``: the runs the launch's blocks are dealt into, round robin: block
     ``b`` of a grid of ``n`` takes the tile ``s · (n / streams) + min(s, n % streams) + b

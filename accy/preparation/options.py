@@ -226,17 +226,6 @@ class KernelOptions:
     so the blocks resident at once read ``streams`` places of each row in memory rather
     than one (1: the tiles in launch order; 1 to 1024; 0 picks
     :data:`accy.preparation.passes.kernel.COLUMN_STREAMS`)."""
-    column_streaming: bool = False
-    """A ``thread-per-row`` kernel's vector loads and stores across rows (a column
-    softmax's) through ``__ldcs`` / ``__stcs`` — evict first, each element read and
-    written once — rather than ``__ldg`` and plain stores. Off by default: in
-    hand-written kernels of the column softmax's layout on an H100 the two together
-    read 0.7–1.5 % more of a copy (either alone no more, ``ld.cs`` alone 2 % less;
-    RESULTS.md, kernels, thirty-first session), but in accy's own kernels, three rounds
-    on an H100 alternating, they moved no column softmax or column max beyond the
-    rounds' spread (f32 95.6–95.8 % of a copy against 95.4–96.4 %), and on an H200 the
-    column softmax read 1.7–2.2 % less of a copy with them (RESULTS.md, kernels,
-    thirty-second session)."""
     tile_m: int = 64
     tile_n: int = 64
     tile_k: int = 16

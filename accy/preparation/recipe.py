@@ -98,7 +98,6 @@ def kernel(options: RunOptions, shapes: Shapes) -> tuple[Pass, ...]:
                           ffma_tile=(o.ffma_tile_m, o.ffma_tile_n, o.ffma_tile_k),
                           ffma_unroll=o.ffma_unroll, column_split=o.column_split,
                           column_vector=o.column_vector, column_streams=o.column_streams,
-                          column_streaming=o.column_streaming,
                           prefetch=o.prefetch,
                           max_registers=o.max_registers,
                           attention_tile=(o.attention_tile_m, o.attention_tile_n,

@@ -452,52 +452,46 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
-def half_load(name: str, pointer: str, vec: int, el: str, streamed: bool = False) -> list[str]:
-    """One ``vec``-half vector load at ``pointer`` (``__ldg``, or ``__ldcs`` where
-    ``streamed``), unpacked to floats ``name_0…``."""
+def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
+    """One ``vec``-half vector load at ``pointer`` (``__ldg``), unpacked to floats
+    ``name_0…``."""
     vt = HALF_WORDS[vec]
-    lines = [f"const {vt} {name} = {vector_load(vt, pointer, streamed)};"]
+    lines = [f"const {vt} {name} = {vector_load(vt, pointer)};"]
     for lane in range(vec):
         value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
         lines.append(f"const float {name}_{lane} = {value};")
     return lines
 
 
-def half_store(pointer: str, values: list[str], el: str, streamed: bool = False) -> str:
-    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``
-    (``st.global.cs`` where ``streamed``)."""
+def half_store(pointer: str, values: list[str], el: str) -> str:
+    """Store floats ``values`` (rounded to ``el``) as one vector at ``pointer``."""
     pack = round_pack(el)
     return half_store_words(pointer, [f"{pack}({values[2 * w]}, {values[2 * w + 1]})"
-                                      for w in range(len(values) // 2)], streamed)
+                                      for w in range(len(values) // 2)])
 
 
-def half_store_words(pointer: str, words: list[str], streamed: bool = False) -> str:
-    """Store ``words`` (two halves each, low lane first) as one vector at ``pointer``
-    (``__stcs`` where ``streamed``)."""
+def half_store_words(pointer: str, words: list[str]) -> str:
+    """Store ``words`` (two halves each, low lane first) as one vector at ``pointer``."""
     vt = HALF_WORDS[2 * len(words)]
     value = words[0] if len(words) == 1 else f"make_{vt}({', '.join(words)})"
-    return vector_store(vt, pointer, value, streamed)
+    return vector_store(vt, pointer, value)
 
 
-def vector_load(vt: str, pointer: str, streamed: bool = False) -> str:
-    """A read-only load of one ``vt`` at ``pointer``: ``__ldg``, or ``__ldcs`` (evict
-    first: read once) where ``streamed``.
+def vector_load(vt: str, pointer: str) -> str:
+    """A read-only load of one ``vt`` at ``pointer`` (``__ldg``).
 
-    >>> vector_load("float2", "p"), vector_load("float2", "p", True)
-    ('__ldg(reinterpret_cast<const float2*>(p))', '__ldcs(reinterpret_cast<const float2*>(p))')
+    >>> vector_load("float2", "p")
+    '__ldg(reinterpret_cast<const float2*>(p))'
     """
-    return f"{'__ldcs' if streamed else '__ldg'}(reinterpret_cast<const {vt}*>({pointer}))"
+    return f"__ldg(reinterpret_cast<const {vt}*>({pointer}))"
 
 
-def vector_store(vt: str, pointer: str, value: str, streamed: bool = False) -> str:
-    """``value`` (of vector type ``vt``) stored at ``pointer``: a plain store, or
-    ``__stcs`` (evict first: written once, not read again here) where ``streamed``.
+def vector_store(vt: str, pointer: str, value: str) -> str:
+    """``value`` (of vector type ``vt``) stored at ``pointer``.
 
-    >>> vector_store("float2", "p", "v"), vector_store("float2", "p", "v", True)
-    ('*reinterpret_cast<float2*>(p) = v;', '__stcs(reinterpret_cast<float2*>(p), v);')
+    >>> vector_store("float2", "p", "v")
+    '*reinterpret_cast<float2*>(p) = v;'
     """
-    if streamed:
-        return f"__stcs(reinterpret_cast<{vt}*>({pointer}), {value});"
     return f"*reinterpret_cast<{vt}*>({pointer}) = {value};"
 
 
@@ -722,9 +716,6 @@ class _RowEmitter:
         self.rvec = plan.vector_width if self.alone else 1
         """``thread-per-row``: neighbouring rows a thread owns (a vector across rows: the
         rows are columns in memory), its lanes ``0 … rvec-1``."""
-        self.streamed = bool(self.alone and plan.streaming)
-        """``thread-per-row``: its vector loads and stores across rows stream past the
-        caches (``__ldcs`` / ``__stcs``: each element is read and written once)."""
         self.split = plan.block[0] // plan.rows_per_block if self.alone else 1
         """``thread-per-row``: threads sharing a row, every split-th element each, their
         reductions combined through shared memory."""
@@ -894,12 +885,12 @@ class _RowEmitter:
                                    for r, o in enumerate(offs))
             elif n > 1 and el != "f32":
                 w = b.fresh("w")
-                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el, self.streamed))
+                inner.lines.extend(half_load(w, f"{src} + ({off})", n, el))
                 inner.lines.extend(f"{name}[j][{lane}] = {w}_{lane};" for lane in range(n))
             elif self.rvec > 1:
                 w = b.fresh("w")
                 inner.lines.append(f"const float{n} {w} = "
-                                   f"{vector_load(f'float{n}', f'{src} + ({off})', self.streamed)};")
+                                   f"{vector_load(f'float{n}', f'{src} + ({off})')};")
                 inner.lines.extend(f"{name}[j][{r}] = {w}.{LANES[r]};" for r in range(n))
             elif n > 1:
                 inner.lines.append(f"{name}[j] = __ldg(reinterpret_cast<const float{n}*>"
@@ -1035,9 +1026,9 @@ class _RowEmitter:
                 if el == "f32":
                     inner.lines.append(live + vector_store(
                         f"float{self.rvec}", pointer,
-                        f"make_float{self.rvec}({', '.join(vals[oi])})", self.streamed))
+                        f"make_float{self.rvec}({', '.join(vals[oi])})"))
                 else:
-                    inner.lines.append(live + half_store(pointer, vals[oi], el, self.streamed))
+                    inner.lines.append(live + half_store(pointer, vals[oi], el))
                 continue
             inner.lines.extend(f"{live}{outs[oi]}[{off}] = {store_convert(val, el)};"
                                for off, val in zip(offs, vals[oi]))

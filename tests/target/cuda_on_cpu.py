@@ -91,8 +91,6 @@ alignas(8) static unsigned char accy_slots[1024 * 8];
 alignas(16) float accy_smem[64 * 1024];
 template <class T> static inline T __ldg(const T* p) { return *p; }
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }  // CUDA's integer min
-template <class T> static inline T __ldcs(const T* p) { return *p; }
-template <class T> static inline void __stcs(T* p, T v) { *p = v; }
 static inline void __syncthreads() { accy_bar->arrive_and_wait(); }
 static std::barrier<>* accy_warp_bar[32];
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int o) {

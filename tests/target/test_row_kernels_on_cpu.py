@@ -106,24 +106,6 @@ def test_a_column_softmax_in_streams_matches_the_reference_on_the_cpu(
     assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
 
 
-@pytest.mark.parametrize("element", ["f32", "bf16", "f16"])
-def test_a_streamed_column_softmax_loads_and_stores_evict_first(element: str) -> None:
-    """``kernel.column_streaming``: the column softmax's vector loads and stores become
-    ``__ldcs`` / ``__stcs``; NVRTC compiles them for sm_90 and, on the CPU, the kernel
-    still matches the reference."""
-    sm = column_softmax(64, element)
-    x = (np.random.default_rng(6).standard_normal((64, 16384 + 64)) * 4).astype(
-        np.float16 if element == "f16" else np.float32)
-    plain = kernel_bodies(cuda_on_cpu.target_job(sm, {0: x.shape}))
-    job = cuda_on_cpu.target_job(sm, {0: x.shape}, ["kernel.column_streaming=true"])
-    (body,) = kernel_bodies(job).values()
-    assert "__ldg" in next(iter(plain.values())) and "__ldcs" not in next(iter(plain.values()))
-    assert "__ldcs" in body and "__stcs" in body and "__ldg" not in body
-    assert compile_cuda(cuda_on_cpu.job_source(job), "sm_90")[:4] == b"\x7fELF"
-    if cuda_on_cpu.available():
-        assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE[element]
-
-
 @needs_cxx
 @pytest.mark.parametrize("split", [1, 4])
 def test_a_column_max_split_over_threads_writes_each_column_once(split: int) -> None:

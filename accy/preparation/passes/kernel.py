@@ -567,8 +567,6 @@ class PlanKernels(Pass):
     column_streams: int = KernelOptions.column_streams
     """The runs a ``thread-per-row`` kernel's blocks are dealt into (0:
     :data:`COLUMN_STREAMS`; :func:`stream_tile`)."""
-    column_streaming: bool = KernelOptions.column_streaming
-    """``thread-per-row`` vector loads and stores through ``__ldcs`` / ``__stcs``."""
     max_registers: int = KernelOptions.max_registers
     """Registers an elementwise or row kernel's thread may take (0: no cap;
     :func:`min_blocks`)."""
@@ -649,16 +647,13 @@ class PlanKernels(Pass):
                 cached = _cached_inputs(region, transposed=True) \
                     if items * vec <= MAX_THREAD_CACHED else ()
                 rpb = bs // split
-                column: dict[str, object] = {
+                return {
                     "mapping": "thread-per-row", "block": (bs, 1, 1),
                     "grid": (max(1, math.ceil(rows / (rpb * vec))), 1, 1),
                     "streams": self.column_streams or COLUMN_STREAMS, "vector_width": vec,
                     "shared_bytes": 8 * bs * vec if split > 1 else 0, "rows": rows,
                     "cols": cols, "rows_per_block": rpb, "items": items,
                     "cached_inputs": cached}
-                if self.column_streaming:  # else the plan's default, 0
-                    column["streaming"] = 1
-                return column
             vec = width if (aligned and cols % width == 0) else 1
             halves = width > self.vector_width  # no f32 buffer: the width doubled
             while halves and vec > 1 and cols < 32 * vec:
