@@ -469,3 +469,38 @@ def test_an_elementwise_grid_of_two_vectors_a_thread_covers_a_ragged_tail() -> N
     assert tuple(dict(launch.entries)["grid"].values) == (4096, 1, 1)
     x = np.random.default_rng(8).standard_normal((1100, 4096)).astype(np.float32)
     assert cuda_on_cpu.job_error(job, sm, [x]) < 1e-5
+
+
+THREE_REDUCTIONS = '''"builtin.module"() ({
+  "func.func"() <{function_type = (tensor<?x4096xf32>) -> tensor<?x4096xf32>, sym_name = "main"}> ({
+  ^bb0(%x: tensor<?x4096xf32>):
+    %mean = "semantic.reduce_mean"(%x) {axes = array<i64: 1>, keepdims = true} : (tensor<?x4096xf32>) -> tensor<?x1xf32>
+    %c = "semantic.sub"(%x, %mean) : (tensor<?x4096xf32>, tensor<?x1xf32>) -> tensor<?x4096xf32>
+    %a = "semantic.abs"(%c) : (tensor<?x4096xf32>) -> tensor<?x4096xf32>
+    %m = "semantic.reduce_max"(%a) {axes = array<i64: 1>, keepdims = true} : (tensor<?x4096xf32>) -> tensor<?x1xf32>
+    %n = "semantic.div"(%c, %m) : (tensor<?x4096xf32>, tensor<?x1xf32>) -> tensor<?x4096xf32>
+    %q = "semantic.mul"(%n, %n) : (tensor<?x4096xf32>, tensor<?x4096xf32>) -> tensor<?x4096xf32>
+    %s = "semantic.reduce_sum"(%q) {axes = array<i64: 1>, keepdims = true} : (tensor<?x4096xf32>) -> tensor<?x1xf32>
+    %y = "semantic.mul"(%n, %s) : (tensor<?x4096xf32>, tensor<?x1xf32>) -> tensor<?x4096xf32>
+    "func.return"(%y) : (tensor<?x4096xf32>) -> ()
+  }) : () -> ()
+}) : () -> ()'''
+"""Three chained row reductions (mean, max of the centred values, sum of squares of the
+scaled ones) in one kernel: the third reuses the first's shared-memory slots."""
+
+
+@needs_cxx
+@pytest.mark.parametrize("block", [0, 64])
+def test_three_chained_row_reductions_share_two_sets_of_slots(block: int) -> None:
+    """A block-per-row kernel's reductions take the two sets of warp slots in turn, a
+    barrier each: three in a row (the third writing where the first read) still match
+    the reference on the CPU, whose threads are real threads."""
+    sm = SemanticModule.from_text(THREE_REDUCTIONS, "three.mlir")
+    job = cuda_on_cpu.target_job(sm, {0: (6, 4096)}, [f"kernel.block_size={block}"])
+    (k,) = [op for op in job.module.body.ops if isinstance(op, KernelFuncOp)]
+    assert k.plan.mapping == "block-per-row"
+    (body,) = kernel_bodies(job).values()
+    assert body.count("__syncthreads();") == 3
+    assert "accy_sh[(t >> 5)]" in body and "accy_sh[32 + (t >> 5)]" in body
+    x = np.random.default_rng(11).standard_normal((6, 4096)).astype(np.float32)
+    assert cuda_on_cpu.job_error(job, sm, [x]) <= TOLERANCE["f32"]
