@@ -143,11 +143,12 @@ form takes four): ``t·2^-32`` times ``2^(s + 32)`` rounds to the same subnormal
 ``t·2^s``."""
 
 
-def _erfc_head(qualifier: str, name: str, reciprocal: str) -> str:
-    """An erfc helper's signature and first statements: ``a = |x|``, ``u = 1 + a/2`` and
-    ``t`` ≈ ``1/u`` (``reciprocal``)."""
+def _erfc_head(qualifier: str, name: str, reciprocal: str, k: float = 0.5,
+               scale: float = 1.0) -> str:
+    """An erfc helper's signature and first statements: ``a = |x|``, ``u = (1 + k·a)·scale``
+    and ``t`` ≈ ``1/u`` (``reciprocal``)."""
     return (f"{qualifier} float {name}(float x) {{\n"
-            f"  const float a = fabsf(x), u = fmaf(0.5f, a, 1.0f);\n"
+            f"  const float a = fabsf(x), u = fmaf({k * scale!r}f, a, {scale!r}f);\n"
             f"  float t;\n  {reciprocal}\n")
 
 
@@ -200,9 +201,7 @@ def erfc_half_helper(qualifier: str, reciprocal: str, exp2: str) -> str:
     2^-17.1 on the host), against a bf16 ulp of 2^-8 and an f16 one of 2^-11."""
     k, scale = HALF_ERFC_K, float(2 ** HALF_ERFC_SCALE)
     e = (HALF_ERFC_COEFFICIENTS[0] + HALF_ERFC_SCALE,) + HALF_ERFC_COEFFICIENTS[1:]
-    return (f"{qualifier} float accy_erfcf_half(float x) {{\n"
-            f"  const float a = fabsf(x), u = fmaf({k * scale!r}f, a, {scale!r}f);\n"
-            f"  float t;\n  {reciprocal}\n"
+    return (_erfc_head(qualifier, "accy_erfcf_half", reciprocal, k, scale) +
             f"  const float w = fmaf({-scale / k!r}f, t, {1 / k!r}f);\n"
             f"  const float r = t * {exp2}(fmaf(-a, a * 1.44269504f, {_horner(e, 'w')}));\n"
             f"  return x < 0.0f ? 2.0f - r : r;\n"
@@ -755,7 +754,7 @@ class _RowEmitter:
                           "  if (row >= accy_rows) return;"]
         else:
             self.head += ["  const long long row = blockIdx.x;", "  const int t = threadIdx.x;",
-                          f"  __shared__ double accy_sh[{2 * 32}];"]  # two sets of slots
+                          f"  __shared__ double accy_sh[{plan.shared_bytes // 8}];"]
         col = f"c+{LANE}" if self.vec > 1 else "c"
         self.row_names = ["row"] + [f"row_{r}" for r in range(1, self.rvec)]
         """The (flat) row of each of this thread's row lanes."""
@@ -938,7 +937,8 @@ class _RowEmitter:
                 # the warps' partials through one of two sets of slots, in turn: the
                 # barrier of a step orders its writes after every read of the step
                 # before, which used the other set, so no barrier is needed after reads
-                nw, slot = self.tpr // 32, "32 + " if slots else ""
+                nw = self.tpr // 32
+                slot = f"{self.k.plan.shared_bytes // 16} + " if slots else ""
                 lines += [f"if ((t & 31) == 0) {_store_partial(ct, f'{slot}(t >> 5)', acc)}",
                           "__syncthreads();",
                           f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, f'{slot}(t & 31)')} : "

@@ -672,7 +672,7 @@ class PlanKernels(Pass):
                     cols, _row_element_bytes(region), _chained_reductions(region),
                     len(_streamed(region)))
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
-                shared = 2 * 32 * 8  # two sets of a partial a warp (accy.target.cuda)
+                shared = 2 * 32 * 8  # two sets of slots for a partial a warp, used in turn
             # an empty row still runs its (guarded, empty) column loop once: the
             # reductions of no element give their identities
             items = max(1, math.ceil(cols / (per_row * vec)))
