@@ -140,6 +140,11 @@ PICKED_COLUMN_VALUES = 32
 ``column_vector`` is picked: past them, one row a thread (:func:`column_layout`)."""
 
 
+ROW_PARTIAL_SETS = 2
+"""A block-per-row kernel's sets of shared slots, one an 8-byte partial for each warp of
+a block at most (1024 threads: 32 warps), that its reductions use in turn, so each needs
+one barrier."""
+
 SM_REGISTERS = 65536
 """32-bit registers of an SM (every CUDA arch accy targets)."""
 MAX_REGISTERS = 255
@@ -672,7 +677,7 @@ class PlanKernels(Pass):
                     cols, _row_element_bytes(region), _chained_reductions(region),
                     len(_streamed(region)))
                 rpb, per_row, grid, block = 1, bs, rows, (bs, 1, 1)
-                shared = 2 * 32 * 8  # two sets of slots for a partial a warp, used in turn
+                shared = ROW_PARTIAL_SETS * 32 * 8
             # an empty row still runs its (guarded, empty) column loop once: the
             # reductions of no element give their identities
             items = max(1, math.ceil(cols / (per_row * vec)))
