@@ -148,7 +148,8 @@ class KernelPlan:
     ``(a_shift, a_mask, b_shift, b_mask)``: a row ``r``'s chunk ``c`` sits at
     ``c ^ ((r >> shift) & mask)`` (``ldmatrix`` reads 8 rows free of bank conflicts)."""
     packed_ops: str = ""
-    """``grid-stride`` vectors of halves: the f16/bf16 ops whose two adjacent lanes run
+    """``grid-stride`` vectors of halves, and the rows of a ``block-per-row`` or
+    ``warp-per-row`` kernel read as such vectors: the f16/bf16 ops whose two adjacent lanes run
     as one instruction on a 32-bit word of two halves (``bf16.add bf16.max …``, the
     target's :func:`accy.target.packed.packed_ops`), each rounding as the f32 op
     rounded does; the kernel's other ops run in f32 a lane at a time."""

@@ -793,6 +793,18 @@ class _RowEmitter:
         self.b.hoist_exact = not self.alone
         self.vz.b.append(self.b)
         self.vz.args = list(k.body.args)
+        self.pairs = PairBuilder(self.b, list(k.body.ops), plan.packed_ops, self._words) \
+            if self.vec > 1 and plan.packed_ops and not self.alone else None
+        """Two adjacent half lanes a word where the plan packs ops (its value hook turns
+        a paired value's lane into its word's half wherever a column loop reads it)."""
+
+    def _words(self, kidx: int, idx: tuple[str, ...], pair: int) -> str | None:
+        """The loaded word of an input's lanes (:data:`accy.target.pairs.Words`); None
+        for a cached input's element, which its float registers hold (the pair
+        builder packs two of them: exact, they are half numbers)."""
+        if kidx in self.regs and idx in self.reg_index[kidx]:
+            return None
+        return self.vz.word(kidx, idx, pair)
 
     def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
         """Loads of a cached input at this thread's element read its registers."""
@@ -981,7 +993,9 @@ class _RowEmitter:
         if self.rvec > 1:
             self._write_row_lanes(inner, full, transposed)
             return
-        computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
+        computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)]
+                     if self.pairs is None or elem_of(v) == "f32" else  # a word a pair
+                     [self.pairs.store_word(v, self.ident, inner, w) for w in range(vec // 2)])
                     for oi, v in full]
         # through the permutation, lane by lane (coalesced when a thread walks a row
         # that is a column of the output: thread-per-row)
@@ -996,7 +1010,9 @@ class _RowEmitter:
         for oi, v, vals in computed:
             el = elem_of(v)
             if vec > 1 and el != "f32":
-                inner.lines.append(half_store(f"{outs[oi]} + row * {cols} + c", vals, el))
+                at = f"{outs[oi]} + row * {cols} + c"
+                inner.lines.append(half_store(at, vals, el) if self.pairs is None else
+                                   half_store_words(at, vals))
             elif vec > 1:
                 inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                    f"{cols} + c) = make_float{vec}({', '.join(vals)});")

@@ -1,6 +1,7 @@
 """Two adjacent f16/bf16 lanes as one 32-bit word: packed ops for vector kernels.
 
-A vectorized CUDA kernel over halves loads eight of them a ``uint4``. Its f32
+A vectorized CUDA kernel over halves (a grid-stride kernel, or the column loops of a
+block- or warp-per-row kernel) loads eight of them a ``uint4``. Its f32
 path unpacks each lane to a float, computes, and rounds every op's result back to
 the half type (``accy_bf2f(accy_f2bf(x))``, two instructions a lane). Where two
 lanes' op has an exact packed equivalent, :class:`accy.target.pairs.PairBuilder` keeps the pair in

@@ -4,6 +4,11 @@ those of the same kernel rendered without the plan's ``packed_ops`` (every op in
 a lane at a time), on inputs that hold every kind of half: NaNs of both signs and
 several payloads, infinities, signed zeros, subnormals.
 
+Row kernels (block and warp per row) pack the same ops in their column loops: a cached
+input's pair is packed from its registers, a reduction reads a paired value's lanes
+unpacked; :func:`test_packed_row_kernels_are_bit_identical_to_the_f32_path` checks them
+the same way.
+
 On a GPU, :func:`test_packed_kernels_match_the_f32_path_on_the_gpu` runs both builds."""
 
 from __future__ import annotations
@@ -256,6 +261,77 @@ def test_packed_chain_is_bit_identical_to_the_f32_path(el: str) -> None:
                          run_kernels(module, kernels, scalar, inputs))
 
 
+ROW_CASES = [("dynamic", {0: (12, 4096), 1: (4096,)}, "block-per-row"),
+             ("dynamic", {0: (12, 256), 1: (256,)}, "warp-per-row"),
+             ("residual_norm", {0: (12, 1024), 1: (12, 1024), 2: (1024,), 3: (1024,)},
+              "warp-per-row")]
+"""Row programs with half ops the plan packs (dynamic's centring, its magnitude and
+its bias; residual_norm's residual add), under both row mappings."""
+
+
+def row_bits(el: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Half bit patterns for a row kernel: numbers of any sign and size (a NaN or an
+    infinity makes its whole row one), and in the first rows the specials a row can
+    carry without that — signed zeros, subnormals, huge values — then a row with a NaN
+    and one with an infinity."""
+    n = int(np.prod(shape))
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-12, 12, n))).astype(np.float32)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16) if el == "bf16" else \
+        x.astype(np.float16).view(np.uint16)
+    bits = bits.reshape(shape)
+    if len(shape) > 1 and shape[0] >= 4:
+        tiny, big, nan, inf = (0x0001, 0x7f7f, 0x7fc1, 0xff80) if el == "bf16" else \
+            (0x0001, 0x7bff, 0x7e01, 0xfc00)
+        bits[0, :6] = (0x0000, 0x8000, tiny, tiny | 0x8000, big, big | 0x8000)
+        bits[1, :4] = (tiny, 0x8000, tiny, 0x0000)
+        bits[2, 5], bits[3, 7] = nan, inf
+    return bits
+
+
+@pytest.mark.parametrize("name,shapes,mapping", ROW_CASES)
+def test_half_row_kernels_plan_their_packed_ops(name: str, shapes, mapping: str) -> None:  # type: ignore[no-untyped-def]
+    module = kernel_job(graph(name, "bf16"), "cuda:sm_90", shapes).module
+    [k] = [op for op in module.body.ops if isinstance(op, KernelFuncOp)]
+    want = {"dynamic": "bf16.abs bf16.add bf16.sub", "residual_norm": "bf16.add"}[name]
+    assert (k.plan.mapping, k.plan.packed_ops) == (mapping, want)
+    f32 = kernel_job(graph(name), "cuda:sm_90", shapes).module
+    assert all(op.plan.packed_ops == "" for op in f32.body.ops if isinstance(op, KernelFuncOp))
+
+
+@pytest.mark.parametrize("el,sfx", [("bf16", "bf2"), ("f16", "h2")])
+def test_a_half_row_kernel_runs_its_exact_ops_packed(el: str, sfx: str) -> None:
+    """dynamic over rows of 4096: its centring and its bias add a word of two lanes an
+    instruction (four words a vector of eight, in both column loops that compute the
+    centring), its quotient's two lanes rounded by one conversion, the output stored as
+    the words (no lane rounded alone). A cached bf16 pair is packed from its floats by
+    their top halves; f16 converts them (exact) and the row's mean too, a word a pair."""
+    text = target_source(graph("dynamic", el), "cuda:sm_90", ROW_CASES[0][1])
+    body = text[text.index("__global__"):]
+    assert body.count(f"accy_sub_{sfx}(") == 2 * 4 and body.count(f"accy_add_{sfx}(") == 4
+    # f16 packs its cached floats (exact half numbers) by the same conversion
+    assert body.count(f"accy_pack_{sfx}(") == (4 if el == "bf16" else 4 + 2 * 4 + 2 * 4)
+    lone = "accy_f2bf(" if el == "bf16" else "accy_f2h("
+    rounded = [line for line in body.splitlines() if lone in line]
+    assert rounded and not any("[j]" in line for line in rounded)  # a row's values only
+    assert compile_cuda(text, "sm_90")[:4] == b"\x7fELF"
+
+
+@needs_cxx
+@pytest.mark.parametrize("el", ["bf16", "f16"])
+@pytest.mark.parametrize("name,shapes,mapping", ROW_CASES)
+def test_packed_row_kernels_are_bit_identical_to_the_f32_path(name: str, shapes,  # type: ignore[no-untyped-def]
+                                                              mapping: str, el: str) -> None:
+    module, kernels, packed, scalar = both_builds(graph(name, el), "cuda:sm_90", shapes)
+    assert kernels[0].plan.mapping == mapping and packed != scalar
+    rng = np.random.default_rng(15)
+    inputs = [row_bits(el, shapes[i], rng) for i in sorted(shapes)]
+    got = run_kernels(module, kernels, packed, inputs)
+    want = run_kernels(module, kernels, scalar, inputs)
+    assert_bit_identical(el, got, want)
+    finite = [np.isfinite(_as_float(el, w)) for w in want]
+    assert all(f[4:].all() for f in finite if f.ndim > 1 and f.shape[0] > 4)  # rows that count
+
+
 def _as_float(el: str, bits: np.ndarray) -> np.ndarray:
     if el == "bf16":
         return (bits.astype(np.uint32) << 16).view(np.float32)
@@ -322,7 +398,7 @@ def _bf16_of(v: float) -> int:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("el", ["bf16", "f16"])
-@pytest.mark.parametrize("name", ["elementwise_chain", "specials"])
+@pytest.mark.parametrize("name", ["elementwise_chain", "specials", "dynamic", "residual_norm"])
 def test_packed_kernels_match_the_f32_path_on_the_gpu(name: str, el: str) -> None:
     """Both builds on the device, every bit alike: NaNs included, as every NaN a half
     store writes is the canonical one in both (the conversion's, the packed ops' and
@@ -334,15 +410,22 @@ def test_packed_kernels_match_the_f32_path_on_the_gpu(name: str, el: str) -> Non
 
     arch = target_arch(local_arch() or "sm_90")
     rows = 24
+    bits = half_bits
     if name == "specials":
         sm = specials(el)
         shapes = {0: (rows, 64), 1: (rows, 64), 2: (64,), 3: (rows, 1)}
-    else:
+    elif name == "elementwise_chain":
         sm, shapes = graph(name, el), {0: (rows, 4096), 1: (1, 4096)}
+    else:  # a row kernel (ROW_CASES: block per row, warp per row)
+        sm, shapes, bits = graph(name, el), dict(ROW_CASES[0 if name == "dynamic" else 2][1]), \
+            row_bits
+        shapes[0] = (rows, shapes[0][1])
+        if 1 in shapes and len(shapes[1]) == 2:
+            shapes[1] = shapes[0]
     module, kernels, packed, scalar = both_builds(sm, f"cuda:{arch}", shapes)
     [k] = kernels
     rng = np.random.default_rng(14)
-    inputs = [half_bits(el, shapes[i], rng) for i in sorted(shapes)]
+    inputs = [bits(el, shapes[i], rng) for i in sorted(shapes)]
     specs = [BufferSpec.from_attr(a) for a in module.entry().attr("memory.buffers").values]
     results = []
     for text in (packed, scalar):

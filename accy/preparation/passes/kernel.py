@@ -682,11 +682,16 @@ class PlanKernels(Pass):
             # reductions of no element give their identities
             items = max(1, math.ceil(cols / (per_row * vec)))
             cached = _cached_inputs(region) if items * vec <= MAX_CACHED_PER_THREAD else ()
-            return {"mapping": "warp-per-row" if warp else "block-per-row", "block": block,
-                    "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
-                    "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
-                    "cached_inputs": cached,
-                    "min_blocks": min_blocks(block[0], self.max_registers)}
+            row_plan: dict[str, object] = {
+                "mapping": "warp-per-row" if warp else "block-per-row", "block": block,
+                "grid": (grid, 1, 1), "vector_width": vec, "shared_bytes": shared,
+                "rows": rows, "cols": cols, "rows_per_block": rpb, "items": items,
+                "cached_inputs": cached,
+                "min_blocks": min_blocks(block[0], self.max_registers)}
+            packed = _packed_ops(region, self.sm) if vec > 1 else ""
+            if packed:  # the row's half ops two lanes a word, as an elementwise kernel's
+                row_plan["packed_ops"] = packed
+            return row_plan
         # matmul
         mm = next(op for op in region.body.ops if op.op_name == "prim.matmul")
         out = tuple(mm.results[0].type.shape)  # type: ignore[attr-defined]  # a tensor-typed value
