@@ -797,13 +797,15 @@ class _RowEmitter:
             if self.vec > 1 and plan.packed_ops and not self.alone else None
         """Two adjacent half lanes a word where the plan packs ops (its value hook turns
         a paired value's lane into its word's half wherever a column loop reads it)."""
+        self._as_words = self.pairs is not None
+        """Cached half inputs held as their loaded words (the packed ops read them as
+        they are; an f32 op unpacks a lane where it reads it)."""
 
     def _words(self, kidx: int, idx: tuple[str, ...], pair: int) -> str | None:
-        """The loaded word of an input's lanes (:data:`accy.target.pairs.Words`); None
-        for a cached input's element, which its float registers hold (the pair
-        builder packs two of them: exact, they are half numbers)."""
+        """The loaded word of an input's lanes (:data:`accy.target.pairs.Words`): a
+        cached input's from its registers, which hold its words (:attr:`_as_words`)."""
         if kidx in self.regs and idx in self.reg_index[kidx]:
-            return None
+            return f"{self.regs[kidx]}[j][{pair}]" if self._as_words else None
         return self.vz.word(kidx, idx, pair)
 
     def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
@@ -812,7 +814,10 @@ class _RowEmitter:
             name = self.regs[kidx]
             if self.rvec > 1:
                 return f"{name}[j][{self.reg_index[kidx].index(idx)}]"
-            if self.vec > 1 and elem_of(self.k.body.args[kidx]) != "f32":
+            el = elem_of(self.k.body.args[kidx])
+            if self.vec > 1 and el != "f32" and self._as_words:
+                return half_lanes(f"{name}[j][{lane // 2}]", el)[lane % 2]
+            if self.vec > 1 and el != "f32":
                 return f"{name}[j][{lane}]"
             return f"{name}[j]" if self.vec == 1 else f"{name}[j].{LANES[lane]}"
         return self.vz(kidx, idx, lane)
@@ -872,6 +877,8 @@ class _RowEmitter:
                                         for i in self.idents]
             if self.rvec > 1:
                 self.lines.append(f"float {name}[{self.items}][{self.rvec}];")
+            elif self.vec > 1 and elem_of(arg) != "f32" and self._as_words:
+                self.lines.append(f"unsigned int {name}[{self.items}][{self.vec // 2}];")
             elif self.vec > 1 and elem_of(arg) != "f32":
                 self.lines.append(f"float {name}[{self.items}][{self.vec}];")
             elif self.vec > 1:
@@ -894,6 +901,11 @@ class _RowEmitter:
             if self.rvec > 1 and not self._rows_contiguous(idx):
                 inner.lines.extend(f"{name}[j][{r}] = {load_convert(f'{src}[{o}]', el)};"
                                    for r, o in enumerate(offs))
+            elif n > 1 and el != "f32" and self._as_words:
+                w = b.fresh("w")
+                vt = HALF_WORDS[n]
+                inner.lines.append(f"const {vt} {w} = {vector_load(vt, f'{src} + ({off})')};")
+                inner.lines.extend(f"{name}[j][{p}] = {_word(w, n, p)};" for p in range(n // 2))
             elif n > 1 and el != "f32":
                 w = b.fresh("w")
                 inner.lines.extend(half_load(w, f"{src} + ({off})", n, el))

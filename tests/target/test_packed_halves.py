@@ -5,8 +5,7 @@ a lane at a time), on inputs that hold every kind of half: NaNs of both signs an
 several payloads, infinities, signed zeros, subnormals.
 
 Row kernels (block and warp per row) pack the same ops in their column loops: a cached
-input's pair is packed from its registers, a reduction reads a paired value's lanes
-unpacked; :func:`test_packed_row_kernels_are_bit_identical_to_the_f32_path` checks them
+input is held as its loaded words, a reduction reads a paired value's lanes unpacked; :func:`test_packed_row_kernels_are_bit_identical_to_the_f32_path` checks them
 the same way.
 
 On a GPU, :func:`test_packed_kernels_match_the_f32_path_on_the_gpu` runs both builds."""
@@ -303,13 +302,14 @@ def test_a_half_row_kernel_runs_its_exact_ops_packed(el: str, sfx: str) -> None:
     """dynamic over rows of 4096: its centring and its bias add a word of two lanes an
     instruction (four words a vector of eight, in both column loops that compute the
     centring), its quotient's two lanes rounded by one conversion, the output stored as
-    the words (no lane rounded alone). A cached bf16 pair is packed from its floats by
-    their top halves; f16 converts them (exact) and the row's mean too, a word a pair."""
+    the words (no lane rounded alone). The cached row is held as the words it was
+    loaded in, which the packed ops read as they are."""
     text = target_source(graph("dynamic", el), "cuda:sm_90", ROW_CASES[0][1])
     body = text[text.index("__global__"):]
     assert body.count(f"accy_sub_{sfx}(") == 2 * 4 and body.count(f"accy_add_{sfx}(") == 4
-    # f16 packs its cached floats (exact half numbers) by the same conversion
-    assert body.count(f"accy_pack_{sfx}(") == (4 if el == "bf16" else 4 + 2 * 4 + 2 * 4)
+    # f16 packs the row's mean (a float, an exact half) by the same conversion
+    assert body.count(f"accy_pack_{sfx}(") == (4 if el == "bf16" else 4 + 2 * 4)
+    assert "unsigned int reg0[4][4];" in body  # the cached row: its loaded words
     lone = "accy_f2bf(" if el == "bf16" else "accy_f2h("
     rounded = [line for line in body.splitlines() if lone in line]
     assert rounded and not any("[j]" in line for line in rounded)  # a row's values only
