@@ -62,8 +62,14 @@ __device__ __forceinline__ float accy_bf2f(unsigned short h) {
   return __uint_as_float(((unsigned int)h) << 16);
 }
 __device__ __forceinline__ unsigned short accy_f2bf(float f) {
+#if __CUDA_ARCH__ >= 800
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f), "f"(0.0f));
   return (unsigned short)(r >> 16);
+#else  // no bf16 conversion before sm_80: to nearest, ties to even, NaN the canonical one
+  const unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
 }
 __device__ __forceinline__ int accy_idiv_int(int a, int b) { return b == 0 ? 0 : a / b; }
 __device__ __forceinline__ long long accy_idiv_ll(long long a, long long b) {
@@ -348,11 +354,20 @@ HELPERS = {
         "__device__ __forceinline__", "accy_ex2f_ftz",
         'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));'),
     "accy_hscale": hscale_helper("__device__ __forceinline__"),
+    # the paired conversions are sm_80's; before it, one lane at a time
     "accy_pack_h2": r"""__device__ __forceinline__ unsigned int accy_pack_h2(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
   unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+#else
+  return accy_f2h(lo) | ((unsigned int)accy_f2h(hi) << 16);
+#endif
 }""",
     "accy_pack_bf2": r"""__device__ __forceinline__ unsigned int accy_pack_bf2(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
   unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+#else
+  return accy_f2bf(lo) | ((unsigned int)accy_f2bf(hi) << 16);
+#endif
 }""",
     "accy_fdiv_by": fdiv_helpers("__device__ __forceinline__",
                                  'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));',

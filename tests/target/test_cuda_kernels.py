@@ -54,10 +54,13 @@ def test_half_elementwise_moves_sixteen_bytes_an_access(element: str, pack: str)
 
 def test_bf16_rounds_in_one_instruction() -> None:
     """A bf16 rounding is the packed conversion (one F2FP on sm_90, an ALU op), not
-    ``cvt.rn.bf16.f32`` (an F2F, on the pipe the MUFU ops share) nor bit arithmetic."""
+    ``cvt.rn.bf16.f32`` (an F2F, on the pipe the MUFU ops share) nor bit arithmetic,
+    which only a target before sm_80 (no bf16 conversion) compiles."""
     text = source(graph("gelu_tanh", "bf16"), {0: (4, 4096)})
     [helper] = re.findall(r"unsigned short accy_f2bf\(float f\) \{(.*?)\n\}", text, re.S)
-    assert 'cvt.rn.bf16x2.f32' in helper and "0x7fffu" not in text
+    sm80, _, before = helper.partition("#else")
+    assert sm80.lstrip().startswith("#if __CUDA_ARCH__ >= 800")
+    assert 'cvt.rn.bf16x2.f32' in sm80 and "0x7fffu" not in sm80 and "0x7fffu" in before
     assert "cvt.rn.bf16.f32" not in text
     cubin(text)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preparation"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_on_cpu  # noqa: E402
-from stage_programs import graph, program  # noqa: E402
+from stage_programs import GRAPHS, graph, graph_shapes, program  # noqa: E402
 
 from accy.dialects.kernel import KernelFuncOp  # noqa: E402
 from accy.dialects.memory import BufferSpec  # noqa: E402
@@ -437,3 +438,59 @@ def test_packed_kernels_match_the_f32_path_on_the_gpu(name: str, el: str) -> Non
         results.append([cupy.asnumpy(o) for o in outs])
     for i, (g, w) in enumerate(zip(*results)):
         assert np.array_equal(g, w), f"result {i}"
+
+
+# ------------------------------------------------------------ before sm_80 (Turing)
+
+
+@pytest.mark.parametrize("el", ["bf16", "f16"])
+def test_every_half_graph_compiles_for_sm_75(el: str) -> None:
+    """The paired conversions (``cvt.rn.bf16x2.f32``, ``cvt.rn.f16x2.f32``) are sm_80's:
+    before it the rounding helpers convert a lane at a time (bf16: to nearest even by
+    its bits, NaN the canonical 0x7fff), so every graph of halves compiles for a T4."""
+    for path in GRAPHS:
+        sm = graph(path.stem, el)
+        text = target_source(sm, "cuda:sm_75", graph_shapes(sm, 64))
+        assert compile_cuda(text, "sm_75")[:4] == b"\x7fELF", path.stem
+
+
+F2BF_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+@HELPER@
+int main(void) {
+  for (unsigned long long u = 0; u < (1ull << 32); u += 24929) {  /* 97 * 257 */
+    float f; unsigned int b = (unsigned int)u; memcpy(&f, &b, 4);
+    printf("%x %x\n", b, accy_f2bf(f));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+def test_the_bf16_rounding_before_sm_80_is_round_to_nearest_even(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pre-sm_80 branch of the device's ``accy_f2bf`` (its text from the CUDA
+    prelude, built by the host C compiler, where ``__CUDA_ARCH__`` is not defined)
+    against rounding to nearest even by float64 arithmetic, on every 24929th f32 bit
+    pattern; every NaN becomes the canonical 0x7fff."""
+    start = cuda.PRELUDE.index("__device__ __forceinline__ unsigned short accy_f2bf")
+    helper = cuda.PRELUDE[start:cuda.PRELUDE.index("\n}\n", start) + 3]
+    assert "#else" in helper
+    out = cuda_on_cpu.sweep(tmp_path, F2BF_PROGRAM,
+                            helper.replace("__device__ __forceinline__", "static inline"))
+    pairs = np.array([[int(w, 16) for w in line.split()] for line in out.splitlines()],
+                     np.uint64)
+    bits, got = pairs[:, 0].astype(np.uint32), pairs[:, 1]
+    with np.errstate(all="ignore"):  # signalling NaNs among the patterns
+        f = bits.view(np.float32).astype(np.float64)
+    nan = np.isnan(f)
+    assert (got[nan] == 0x7fff).all() and nan.any()
+    with np.errstate(all="ignore"):  # the reference: 8 significant bits, ties to even
+        e = np.maximum(np.frexp(f)[1] - 1, -126)
+        q = np.ldexp(1.0, e - 7)
+        val = np.round(f / q) * q
+        val = np.where(np.isfinite(f), val, f)
+        want = (val.astype(np.float32).view(np.uint32) >> 16).astype(np.uint64)
+    assert np.array_equal(got[~nan], want[~nan])
