@@ -820,7 +820,7 @@ class _RowEmitter:
         """The loaded word of an input's lanes (:data:`accy.target.pairs.Words`): a
         cached input's from its registers, which hold its words (:attr:`_as_words`)."""
         if kidx in self.regs and idx in self.reg_index[kidx]:
-            return f"{self.regs[kidx]}[j][{pair}]" if self._as_words else None
+            return f"{self.regs[kidx]}[j][{pair}]"
         return self.vz.word(kidx, idx, pair)
 
     def _hook(self, kidx: int, idx: tuple[str, ...], lane: int) -> str | None:
