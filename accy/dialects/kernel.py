@@ -35,6 +35,12 @@ MAPPINGS = ("grid-stride", "block-per-row", "warp-per-row", "thread-per-row", "t
 KINDS = ("elementwise", "rows", "matmul", "attention")
 ARCH_SPECIFIC_MAPPINGS = frozenset({"wgmma-tiled"})
 """Mappings whose kernels compile only for an arch-specific target (``cuda:sm_90a``)."""
+ROW_PARTIAL_SETS = 2
+"""``block-per-row``: the sets of shared slots, one an 8-byte partial for each warp of a
+block at most (1024 threads: 32 warps), that its reductions use in turn, so each needs
+one barrier (the planner sizes ``shared_bytes`` with it, the renderer finds a set in
+it)."""
+
 FFMA_A_PAD = 4
 """``ffma-tiled``: floats after each k-row of the transposed A tile in shared memory
 (the planner sizes ``shared_bytes`` with it, the renderer lays the tile out by it): the

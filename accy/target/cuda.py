@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accy.choir.ir import Operation, Value
-from accy.dialects.kernel import FFMA_A_PAD, KernelFuncOp, KernelPlan
+from accy.dialects.kernel import FFMA_A_PAD, ROW_PARTIAL_SETS, KernelFuncOp, KernelPlan
 from accy.target.attention import emit_attention_cuda
 from accy.target.common import (
     COMPUTE,
@@ -466,11 +466,16 @@ def _word(name: str, vec: int, w: int) -> str:
     return name if vec == 2 else f"{name}.{LANES[w]}"
 
 
-def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
-    """One ``vec``-half vector load at ``pointer`` (``__ldg``), unpacked to floats
-    ``name_0…``."""
+def half_words(name: str, pointer: str, vec: int) -> str:
+    """One ``vec``-half vector load at ``pointer`` (``__ldg``) into ``name``, its words
+    as loaded (:func:`_word` names them)."""
     vt = HALF_WORDS[vec]
-    lines = [f"const {vt} {name} = {vector_load(vt, pointer)};"]
+    return f"const {vt} {name} = {vector_load(vt, pointer)};"
+
+
+def half_load(name: str, pointer: str, vec: int, el: str) -> list[str]:
+    """:func:`half_words`, unpacked to floats ``name_0…``."""
+    lines = [half_words(name, pointer, vec)]
     for lane in range(vec):
         value = half_lanes(_word(name, vec, lane // 2), el)[lane % 2]
         lines.append(f"const float {name}_{lane} = {value};")
@@ -811,14 +816,13 @@ class _RowEmitter:
         self.pairs = PairBuilder(self.b, list(k.body.ops), plan.packed_ops, self._words) \
             if self.vec > 1 and plan.packed_ops and not self.alone else None
         """Two adjacent half lanes a word where the plan packs ops (its value hook turns
-        a paired value's lane into its word's half wherever a column loop reads it)."""
-        self._as_words = self.pairs is not None
-        """Cached half inputs held as their loaded words (the packed ops read them as
-        they are; an f32 op unpacks a lane where it reads it)."""
+        a paired value's lane into its word's half wherever a column loop reads it).
+        With it, cached half inputs are held as their loaded words: the packed ops read
+        them as they are, an f32 op unpacks the lane it reads."""
 
     def _words(self, kidx: int, idx: tuple[str, ...], pair: int) -> str | None:
         """The loaded word of an input's lanes (:data:`accy.target.pairs.Words`): a
-        cached input's from its registers, which hold its words (:attr:`_as_words`)."""
+        cached input's from its registers, which hold its words (:attr:`pairs`)."""
         if kidx in self.regs and idx in self.reg_index[kidx]:
             return f"{self.regs[kidx]}[j][{pair}]"
         return self.vz.word(kidx, idx, pair)
@@ -830,7 +834,7 @@ class _RowEmitter:
             if self.rvec > 1:
                 return f"{name}[j][{self.reg_index[kidx].index(idx)}]"
             el = elem_of(self.k.body.args[kidx])
-            if self.vec > 1 and el != "f32" and self._as_words:
+            if self.vec > 1 and el != "f32" and self.pairs is not None:
                 return half_lanes(f"{name}[j][{lane // 2}]", el)[lane % 2]
             if self.vec > 1 and el != "f32":
                 return f"{name}[j][{lane}]"
@@ -892,7 +896,7 @@ class _RowEmitter:
                                         for i in self.idents]
             if self.rvec > 1:
                 self.lines.append(f"float {name}[{self.items}][{self.rvec}];")
-            elif self.vec > 1 and elem_of(arg) != "f32" and self._as_words:
+            elif self.vec > 1 and elem_of(arg) != "f32" and self.pairs is not None:
                 self.lines.append(f"unsigned int {name}[{self.items}][{self.vec // 2}];")
             elif self.vec > 1 and elem_of(arg) != "f32":
                 self.lines.append(f"float {name}[{self.items}][{self.vec}];")
@@ -916,10 +920,9 @@ class _RowEmitter:
             if self.rvec > 1 and not self._rows_contiguous(idx):
                 inner.lines.extend(f"{name}[j][{r}] = {load_convert(f'{src}[{o}]', el)};"
                                    for r, o in enumerate(offs))
-            elif n > 1 and el != "f32" and self._as_words:
+            elif n > 1 and el != "f32" and self.pairs is not None:
                 w = b.fresh("w")
-                vt = HALF_WORDS[n]
-                inner.lines.append(f"const {vt} {w} = {vector_load(vt, f'{src} + ({off})')};")
+                inner.lines.append(half_words(w, f"{src} + ({off})", n))
                 inner.lines.extend(f"{name}[j][{p}] = {_word(w, n, p)};" for p in range(n // 2))
             elif n > 1 and el != "f32":
                 w = b.fresh("w")
@@ -940,7 +943,7 @@ class _RowEmitter:
         """Each row reduction: a column loop into an accumulator, a warp shuffle tree,
         then (block per row) across warps through shared memory."""
         b, lines = self.b, self.lines
-        slots = 0  # which set of 32 slots the next block-wide step uses
+        slots = 0  # which set of slots (ROW_PARTIAL_SETS) the next block-wide step uses
         for op in self.k.body.ops:
             if op.op_name != "prim.reduce":
                 continue
@@ -977,13 +980,14 @@ class _RowEmitter:
                 # barrier of a step orders its writes after every read of the step
                 # before, which used the other set, so no barrier is needed after reads
                 nw = self.tpr // 32
-                slot = f"{self.k.plan.shared_bytes // 16} + " if slots else ""
+                per_set = self.k.plan.shared_bytes // 8 // ROW_PARTIAL_SETS
+                slot = f"{slots * per_set} + " if slots else ""
                 lines += [f"if ((t & 31) == 0) {_store_partial(ct, f'{slot}(t >> 5)', acc)}",
                           "__syncthreads();",
                           f"{acc} = (t & 31) < {nw} ? {_load_partial(ct, f'{slot}(t & 31)')} : "
                           f"{reduce_init(kind, el)};",
                           _shuffle_tree(kind, acc, ct)]
-                slots ^= 1
+                slots = (slots + 1) % ROW_PARTIAL_SETS
             if el in ("f16", "bf16"):  # rounded before the ops fused after it read it
                 names = [b.fresh("red") for _ in accs]
                 lines += [f"const {ct} {name} = {round_compute(a, el)};"
@@ -1020,10 +1024,7 @@ class _RowEmitter:
         if self.rvec > 1:
             self._write_row_lanes(inner, full, transposed)
             return
-        computed = [(oi, v, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)]
-                     if self.pairs is None or elem_of(v) == "f32" else  # a word a pair
-                     [self.pairs.store_word(v, self.ident, inner, w) for w in range(vec // 2)])
-                    for oi, v in full]
+        computed = [(oi, v, self._full_values(v, inner)) for oi, v in full]
         # through the permutation, lane by lane (coalesced when a thread walks a row
         # that is a column of the output: thread-per-row)
         moved = [(oi, v, perm, [self.b.expr(v, self.ident, inner, lane) for lane in range(vec)])
@@ -1038,14 +1039,21 @@ class _RowEmitter:
             el = elem_of(v)
             if vec > 1 and el != "f32":
                 at = f"{outs[oi]} + row * {cols} + c"
-                inner.lines.append(half_store(at, vals, el) if self.pairs is None else
-                                   half_store_words(at, vals))
+                inner.lines.append(half_store_words(at, vals) if self.pairs is not None
+                                   else half_store(at, vals, el))
             elif vec > 1:
                 inner.lines.append(f"*reinterpret_cast<float{vec}*>({outs[oi]} + row * "
                                    f"{cols} + c) = make_float{vec}({', '.join(vals)});")
             else:
                 inner.lines.append(f"{live}{outs[oi]}[row * {cols} + c] = "
                                    f"{store_convert(vals[0], el)};")
+
+    def _full_values(self, v: Value, inner: Scope) -> list[str]:
+        """A full-width output's values at this thread's element: a lane each, or, where
+        the kernel packs half ops, a word each pair of lanes (rounded as stored)."""
+        if self.pairs is not None and elem_of(v) != "f32":
+            return [self.pairs.store_word(v, self.ident, inner, w) for w in range(self.vec // 2)]
+        return [self.b.expr(v, self.ident, inner, lane) for lane in range(self.vec)]
 
     def _write_row_lanes(self, inner: Scope, full: list[tuple[int, Any]],
                          transposed: list[tuple[int, Any, tuple[int, ...]]]) -> None:

@@ -417,12 +417,9 @@ def test_packed_kernels_match_the_f32_path_on_the_gpu(name: str, el: str) -> Non
         shapes = {0: (rows, 64), 1: (rows, 64), 2: (64,), 3: (rows, 1)}
     elif name == "elementwise_chain":
         sm, shapes = graph(name, el), {0: (rows, 4096), 1: (1, 4096)}
-    else:  # a row kernel (ROW_CASES: block per row, warp per row)
-        sm, shapes, bits = graph(name, el), dict(ROW_CASES[0 if name == "dynamic" else 2][1]), \
-            row_bits
-        shapes[0] = (rows, shapes[0][1])
-        if 1 in shapes and len(shapes[1]) == 2:
-            shapes[1] = shapes[0]
+    else:  # a row kernel of ROW_CASES (its first: dynamic's is a block per row)
+        sm, bits = graph(name, el), row_bits
+        shapes = next(shapes for case, shapes, _ in ROW_CASES if case == name)
     module, kernels, packed, scalar = both_builds(sm, f"cuda:{arch}", shapes)
     [k] = kernels
     rng = np.random.default_rng(14)
@@ -473,8 +470,8 @@ int main(void) {
 def test_the_bf16_rounding_before_sm_80_is_round_to_nearest_even(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The pre-sm_80 branch of the device's ``accy_f2bf`` (its text from the CUDA
     prelude, built by the host C compiler, where ``__CUDA_ARCH__`` is not defined)
-    against rounding to nearest even by float64 arithmetic, on every 24929th f32 bit
-    pattern; every NaN becomes the canonical 0x7fff."""
+    against rounding to nearest even by float64 arithmetic (:func:`_round_half`), on
+    every 24929th f32 bit pattern; every NaN becomes the canonical 0x7fff."""
     start = cuda.PRELUDE.index("__device__ __forceinline__ unsigned short accy_f2bf")
     helper = cuda.PRELUDE[start:cuda.PRELUDE.index("\n}\n", start) + 3]
     assert "#else" in helper
@@ -487,10 +484,4 @@ def test_the_bf16_rounding_before_sm_80_is_round_to_nearest_even(tmp_path) -> No
         f = bits.view(np.float32).astype(np.float64)
     nan = np.isnan(f)
     assert (got[nan] == 0x7fff).all() and nan.any()
-    with np.errstate(all="ignore"):  # the reference: 8 significant bits, ties to even
-        e = np.maximum(np.frexp(f)[1] - 1, -126)
-        q = np.ldexp(1.0, e - 7)
-        val = np.round(f / q) * q
-        val = np.where(np.isfinite(f), val, f)
-        want = (val.astype(np.float32).view(np.uint32) >> 16).astype(np.uint64)
-    assert np.array_equal(got[~nan], want[~nan])
+    assert np.array_equal(got[~nan], _round_half("bf16", f[~nan]))

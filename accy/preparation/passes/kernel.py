@@ -61,6 +61,7 @@ from accy.dialects.attention import match_in
 from accy.dialects.dispatch import RegionOp
 from accy.dialects.kernel import (
     FFMA_A_PAD,
+    ROW_PARTIAL_SETS,
     KernelFuncOp,
     KernelYieldOp,
     LaunchOp,
@@ -139,11 +140,6 @@ PICKED_COLUMN_VALUES = 32
 """The most values of its rows a ``thread-per-row`` thread walks where
 ``column_vector`` is picked: past them, one row a thread (:func:`column_layout`)."""
 
-
-ROW_PARTIAL_SETS = 2
-"""A block-per-row kernel's sets of shared slots, one an 8-byte partial for each warp of
-a block at most (1024 threads: 32 warps), that its reductions use in turn, so each needs
-one barrier."""
 
 SM_REGISTERS = 65536
 """32-bit registers of an SM (every CUDA arch accy targets)."""
